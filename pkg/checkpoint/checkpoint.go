@@ -1,0 +1,257 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Status is the lifecycle state of a run.
+type Status string
+
+const (
+	StatusRunning   Status = "running"
+	StatusWaiting   Status = "waiting"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+	StatusDead      Status = "dead"
+)
+
+// Terminal reports whether a run in this status will never run another step
+// on its own (redrive of a dead run is an operator action).
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusDead:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the statuses above.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusRunning, StatusWaiting, StatusCompleted, StatusFailed, StatusCancelled, StatusDead:
+		return true
+	}
+	return false
+}
+
+var (
+	// ErrNotFound: no run (or checkpoint) with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrRunExists: CreateRun found a run with the same id; the existing run is returned.
+	ErrRunExists = errors.New("run already exists")
+	// ErrCheckpointExists: another writer committed this step first. The caller
+	// discards its own result and continues with the winner's.
+	ErrCheckpointExists = errors.New("checkpoint already committed")
+	// ErrConflict: the run record changed since it was read (its revision moved).
+	ErrConflict = errors.New("run changed concurrently")
+)
+
+// Run is the record of one workflow run. The store owns Rev.
+type Run struct {
+	ID       string `json:"run_id"`
+	Workflow string `json:"workflow"`
+	// Version of the workflow the run is pinned to.
+	Version int    `json:"version"`
+	Status  Status `json:"status"`
+	// Step is the cursor: the number of the step to run next while running or
+	// waiting, the last step run once terminal. Steps count from 1.
+	Step int `json:"step"`
+	// StepName is the workflow step at the cursor.
+	StepName  string          `json:"step_name"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	StartedBy string          `json:"started_by,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
+	// Wait is set while the run is parked for approval.
+	Wait *Wait `json:"wait,omitempty"`
+	// Approvals holds every decision taken on the run, oldest first.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Error says why a run failed or went dead.
+	Error string `json:"error,omitempty"`
+	// Resumes counts the times the run was resumed after parking.
+	Resumes int `json:"resumes,omitempty"`
+
+	// Rev is the store's revision of this record, used for compare-and-set.
+	// It is not part of the JSON document.
+	Rev uint64 `json:"-"`
+}
+
+// Wait is a parked run's pending approval request.
+type Wait struct {
+	Step          int             `json:"step"`
+	StepName      string          `json:"step_name"`
+	Payload       json.RawMessage `json:"payload"`
+	PayloadSHA256 string          `json:"payload_sha256"`
+	Group         string          `json:"group"`
+	Since         time.Time       `json:"since"`
+	Deadline      time.Time       `json:"deadline"`
+	// OnExpiry is the expiry policy: "reject", "escalate" or "remind".
+	OnExpiry   string `json:"on_expiry,omitempty"`
+	EscalateTo string `json:"escalate_to,omitempty"`
+	Reminders  int    `json:"reminders,omitempty"`
+}
+
+// Decisions recorded on a run.
+const (
+	DecisionApproved = "approved"
+	DecisionRejected = "rejected"
+)
+
+// Approval is one recorded decision: who, when, through which channel, and the
+// exact payload they saw.
+type Approval struct {
+	Step          int             `json:"step"`
+	By            string          `json:"by"`
+	At            time.Time       `json:"at"`
+	Decision      string          `json:"decision"`
+	Channel       string          `json:"channel"`
+	PayloadSHA256 string          `json:"payload_sha256"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	Reason        string          `json:"reason,omitempty"`
+}
+
+// Checkpoint is the durable output of one step.
+type Checkpoint struct {
+	RunID string `json:"run_id"`
+	Step  int    `json:"step"`
+	// Name of the workflow step that ran.
+	Name string `json:"name"`
+	// State is the step's output state (JSON), the input of step Step+1.
+	State json.RawMessage `json:"state"`
+	// Next names the step to run next; empty when the run ended here.
+	Next string `json:"next,omitempty"`
+	// Status is the run's status after this step.
+	Status  Status       `json:"status"`
+	Journal []CallRecord `json:"journal,omitempty"`
+	Effects []Effect     `json:"effects,omitempty"`
+	// Attempt is the delivery that committed the step (1 = first).
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// DurationMS is how long the step body ran in the committing attempt.
+	DurationMS float64 `json:"duration_ms"`
+}
+
+// CallRecord journals one model or tool call made inside a step.
+type CallRecord struct {
+	Name       string          `json:"name"`
+	ArgsSHA256 string          `json:"args_sha256"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	At         time.Time       `json:"at"`
+	// Replayed is set on the copy returned to a retried step that read the
+	// recorded result instead of calling again.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// Effect is a side effect performed with an idempotency key.
+type Effect struct {
+	Key string `json:"key"`
+	// Replayed: the provider answered with the original result (the key had
+	// been used before), or the journal held the result.
+	Replayed bool `json:"replayed"`
+}
+
+// Snapshot is what a worker needs to run step n, read in one round trip.
+type Snapshot struct {
+	Run Run
+	// Current is checkpoint n, nil when step n has not been committed.
+	Current *Checkpoint
+	// Previous is checkpoint n-1, nil for step 1 or when missing.
+	Previous *Checkpoint
+	// Journal holds the calls already recorded for step n, by earlier attempts.
+	Journal []CallRecord
+}
+
+// Filter selects runs for ListRuns. Zero values match everything.
+type Filter struct {
+	Status   Status
+	Workflow string
+}
+
+// WorkflowInfo is what a worker advertises about a workflow it can run, so
+// that `durable start` can refuse unknown workflows.
+type WorkflowInfo struct {
+	Name      string    `json:"name"`
+	Version   int       `json:"version"`
+	FirstStep string    `json:"first_step"`
+	Steps     []string  `json:"steps"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Store persists runs, checkpoints and call journals. Implementations:
+// redisstore (fleet default) and kvstore (JetStream KV, embedded default).
+// Every implementation passes checkpointtest.Run.
+type Store interface {
+	// CreateRun stores a new run. If the id is taken it returns the existing
+	// run and ErrRunExists, and changes nothing.
+	CreateRun(ctx context.Context, run Run) (Run, error)
+	// GetRun returns the run or ErrNotFound.
+	GetRun(ctx context.Context, id string) (Run, error)
+	// ListRuns returns the runs matching f, oldest first.
+	ListRuns(ctx context.Context, f Filter) ([]Run, error)
+	// Load reads run id with checkpoints n and n-1 and the journal of step n.
+	Load(ctx context.Context, id string, n int) (Snapshot, error)
+	// Commit writes cp (step cp.Step) first-writer-wins together with run,
+	// atomically, provided run.Rev is still the stored revision. It returns
+	// the stored run with its new Rev. ErrCheckpointExists when the step was
+	// already committed (nothing written), ErrConflict when the run moved.
+	Commit(ctx context.Context, run Run, cp Checkpoint) (Run, error)
+	// UpdateRun replaces the run if run.Rev is still the stored revision
+	// (ErrConflict otherwise) and returns it with its new Rev.
+	UpdateRun(ctx context.Context, run Run) (Run, error)
+	// Checkpoint returns checkpoint n of run id, or ErrNotFound.
+	Checkpoint(ctx context.Context, id string, n int) (Checkpoint, error)
+	// Checkpoints returns all checkpoints of run id in step order.
+	Checkpoints(ctx context.Context, id string) ([]Checkpoint, error)
+	// RecordCall journals a call of step n first-writer-wins by rec.Name and
+	// returns the record that is stored (the caller's or an earlier one).
+	RecordCall(ctx context.Context, id string, n int, rec CallRecord) (CallRecord, error)
+	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
+	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
+	// Workflows lists registered workflows, one entry per name and version.
+	Workflows(ctx context.Context) ([]WorkflowInfo, error)
+}
+
+// Budget bounds checkpoint size: over Warn a commit is logged, over Max it is
+// refused with a *TooLargeError.
+type Budget struct {
+	// Warn is the size in bytes above which a warning is logged. Default 64 KiB.
+	Warn int
+	// Max is the size in bytes above which a checkpoint is refused. Default 512 KiB.
+	Max int
+}
+
+// DefaultBudget is used when a Budget field is zero.
+var DefaultBudget = Budget{Warn: 64 << 10, Max: 512 << 10}
+
+// TooLargeError refuses a checkpoint over budget.
+type TooLargeError struct {
+	RunID string
+	Step  int
+	Size  int
+	Max   int
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("checkpoint %s:%d is %d bytes, over the budget of %d: keep large artefacts (documents, tool output) out of step state and store a reference to them instead", e.RunID, e.Step, e.Size, e.Max)
+}
+
+// Check returns whether size is over the warning level, and a *TooLargeError
+// when it is over the maximum.
+func (b Budget) Check(runID string, step, size int) (warn bool, err error) {
+	if b.Warn <= 0 {
+		b.Warn = DefaultBudget.Warn
+	}
+	if b.Max <= 0 {
+		b.Max = DefaultBudget.Max
+	}
+	if size > b.Max {
+		return true, &TooLargeError{RunID: runID, Step: step, Size: size, Max: b.Max}
+	}
+	return size > b.Warn, nil
+}
