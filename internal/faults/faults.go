@@ -1,0 +1,108 @@
+// Package faults injects crashes at named points of the step protocol, for
+// the crash tests and `durable demo`. Syntax (env DURABLE_CRASH):
+//
+//	claim-0042:7,claim-0043:6:after-effect,claim-0044:6:hang
+//
+// run:step[:point], point one of before (default; the step body has not
+// run), after-effect (a call returned, before it is journaled),
+// after-checkpoint (committed, before publishing the next step),
+// after-publish (published, before the ack) and hang (block the step
+// without heartbeats until the process is killed). A fault fires on the
+// first delivery of the step only, so the redelivery recovers.
+package faults
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Points of the step protocol where a crash can be injected.
+const (
+	Before          = "before"
+	AfterEffect     = "after-effect"
+	AfterCheckpoint = "after-checkpoint"
+	AfterPublish    = "after-publish"
+	Hang            = "hang"
+)
+
+type key struct {
+	run  string
+	step int
+}
+
+// Injector holds parsed crash points. The zero value and nil inject nothing.
+type Injector struct {
+	points map[key]string
+	// Kill ends the process; replaced in tests of this package.
+	Kill func()
+	// OnHang blocks for a hang fault; by default forever.
+	OnHang func()
+}
+
+// Parse reads the DURABLE_CRASH syntax. An empty spec gives nil.
+func Parse(spec string) (*Injector, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	in := &Injector{points: map[key]string{}}
+	for _, item := range strings.Split(spec, ",") {
+		parts := strings.Split(strings.TrimSpace(item), ":")
+		if len(parts) < 2 || len(parts) > 3 {
+			return nil, fmt.Errorf("crash spec %q: want run:step[:point]", item)
+		}
+		n, err := strconv.Atoi(parts[1])
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("crash spec %q: step must be a positive number", item)
+		}
+		point := Before
+		if len(parts) == 3 {
+			point = parts[2]
+		}
+		switch point {
+		case Before, AfterEffect, AfterCheckpoint, AfterPublish, Hang:
+		default:
+			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-checkpoint, after-publish, hang)", item, point)
+		}
+		in.points[key{parts[0], n}] = point
+	}
+	return in, nil
+}
+
+// At crashes the process if a fault is set for run:step at point and this is
+// the step's first delivery.
+func (in *Injector) At(run string, step, delivery int, point string) {
+	if in == nil || delivery != 1 {
+		return
+	}
+	p, ok := in.points[key{run, step}]
+	if !ok || p != point {
+		return
+	}
+	if point == Hang {
+		if in.OnHang != nil {
+			in.OnHang()
+			return
+		}
+		select {}
+	}
+	if in.Kill != nil {
+		in.Kill()
+		return
+	}
+	// SIGKILL ourselves: no deferred functions, no flushing, like an OOM kill.
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// Hangs reports whether run:step has a hang fault on its first delivery, so
+// the worker can stop heartbeating it.
+func (in *Injector) Hangs(run string, step, delivery int) bool {
+	if in == nil || delivery != 1 {
+		return false
+	}
+	return in.points[key{run, step}] == Hang
+}

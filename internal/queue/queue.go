@@ -1,0 +1,208 @@
+// Package queue holds the JetStream layout durable runs on: stream and
+// consumer settings, subjects, message ids and the step message format.
+// Workers, the scheduler, the approver and the CLI all go through it so the
+// wire format is defined once.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const (
+	// StepStream holds step messages on durable.step.<workflow>.<run>.
+	StepStream = "DURABLE_STEPS"
+	// DLQStream holds dead letters on durable.dlq.<workflow>.<run>.
+	DLQStream = "DURABLE_DLQ"
+
+	stepPrefix = "durable.step."
+	dlqPrefix  = "durable.dlq."
+)
+
+var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// ErrBadID: a run id or workflow name can't be a subject token.
+var ErrBadID = errors.New("invalid id")
+
+// ValidateRunID checks that id can be a NATS subject token and a store key:
+// 1-128 letters, digits, '-' or '_'.
+func ValidateRunID(id string) error {
+	if !tokenRE.MatchString(id) {
+		return fmt.Errorf("run id %q: %w: use 1-128 letters, digits, '-' or '_' (it becomes a NATS subject token)", id, ErrBadID)
+	}
+	return nil
+}
+
+// StepSubject is the subject of every step message of a run.
+func StepSubject(workflow, run string) string { return stepPrefix + workflow + "." + run }
+
+// StepFilter matches the step messages of one workflow (or all with "*").
+func StepFilter(workflow string) string { return stepPrefix + workflow + ".*" }
+
+// DLQSubject is the dead-letter subject of a run.
+func DLQSubject(workflow, run string) string { return dlqPrefix + workflow + "." + run }
+
+// MsgID is the Nats-Msg-Id of the regular publish of step n of run.
+func MsgID(run string, n int) string { return run + ":" + strconv.Itoa(n) }
+
+// StepMsg is the body of a step message. The checkpoint store, not the
+// message, is the truth: a message only says "look at step n of run R".
+type StepMsg struct {
+	RunID    string `json:"run_id"`
+	Workflow string `json:"workflow"`
+	Step     int    `json:"step"`
+	// Name is informational (the step name when published).
+	Name string `json:"name,omitempty"`
+}
+
+// ErrMalformed: a step message that can't be decoded or names nothing valid.
+var ErrMalformed = errors.New("malformed step message")
+
+// DecodeStep decodes and validates a step message received on subject.
+func DecodeStep(subject string, data []byte) (StepMsg, error) {
+	var m StepMsg
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if err := ValidateRunID(m.RunID); err != nil {
+		return m, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !tokenRE.MatchString(m.Workflow) {
+		return m, fmt.Errorf("%w: workflow %q", ErrMalformed, m.Workflow)
+	}
+	if m.Step < 1 {
+		return m, fmt.Errorf("%w: step %d", ErrMalformed, m.Step)
+	}
+	if subject != "" && subject != StepSubject(m.Workflow, m.RunID) {
+		return m, fmt.Errorf("%w: body names %s/%s but subject is %s", ErrMalformed, m.Workflow, m.RunID, subject)
+	}
+	return m, nil
+}
+
+// Config sets the streams' storage. Zero values are the defaults.
+type Config struct {
+	// Replicas of each stream. Default 1; use 3 on a cluster.
+	Replicas int
+	// MaxAge of step messages, kept for replay with the nats CLI. Default 7 days.
+	MaxAge time.Duration
+	// Duplicates is the Nats-Msg-Id dedupe window. Default 2 minutes.
+	Duplicates time.Duration
+}
+
+// StepStreamConfig is the step stream's configuration. Limits retention
+// (not WorkQueue) so the on-call can replay messages with the nats CLI;
+// the shared durable consumer still gives each message to one worker.
+func StepStreamConfig(c Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StepStream,
+		Description: "durable step messages: durable.step.<workflow>.<run>",
+		Subjects:    []string{stepPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(c.Replicas, 1),
+		MaxAge:      orDefault(c.MaxAge, 7*24*time.Hour),
+		Duplicates:  orDefault(c.Duplicates, 2*time.Minute),
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// DLQStreamConfig is the dead-letter stream's configuration.
+func DLQStreamConfig(c Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        DLQStream,
+		Description: "durable dead letters: durable.dlq.<workflow>.<run>",
+		Subjects:    []string{dlqPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(c.Replicas, 1),
+		MaxAge:      orDefault(c.MaxAge*4, 30*24*time.Hour),
+		Duplicates:  orDefault(c.Duplicates, 2*time.Minute),
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// Provision creates or updates the streams. Idempotent: every worker, the
+// CLI and `durable dev` call it at start.
+func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
+	for _, sc := range []jetstream.StreamConfig{StepStreamConfig(c), DLQStreamConfig(c)} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+// ConsumerName is the shared durable consumer of a workflow's step messages.
+func ConsumerName(workflow string) string { return "steps-" + workflow }
+
+// ConsumerConfig is the shared durable consumer of one workflow: every
+// worker that runs the workflow pulls from it, each message goes to one.
+func ConsumerConfig(workflow string, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(workflow),
+		Description:   "durable workers of workflow " + workflow,
+		FilterSubject: StepFilter(workflow),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		// Retries are counted by the worker against the step's policy; the
+		// server's count is reported on each delivery.
+		MaxDeliver:    -1,
+		MaxAckPending: maxAckPending,
+	}
+}
+
+// PublishStep publishes step message m with the given Nats-Msg-Id and waits
+// for the PubAck.
+func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish step %s:%d: %w", m.RunID, m.Step, err)
+	}
+	return nil
+}
+
+// DeadLetter is the body of a dead-letter message.
+type DeadLetter struct {
+	RunID    string    `json:"run_id"`
+	Workflow string    `json:"workflow"`
+	Step     int       `json:"step"`
+	StepName string    `json:"step_name,omitempty"`
+	Reason   string    `json:"reason"`
+	Attempt  int       `json:"attempt"`
+	At       time.Time `json:"at"`
+}
+
+// PublishDeadLetter publishes d on the dead-letter stream, deduplicated per
+// run and step.
+func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter) error {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: DLQSubject(d.Workflow, d.RunID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead")
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish dead letter %s:%d: %w", d.RunID, d.Step, err)
+	}
+	return nil
+}

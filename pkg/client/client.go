@@ -1,0 +1,265 @@
+// Package client starts, approves, cancels and inspects runs. The CLI, the
+// approver and users' own services use it; it talks to the same store and
+// stream as the workers.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+var (
+	// ErrUnknownWorkflow: no worker has registered the workflow.
+	ErrUnknownWorkflow = errors.New("unknown workflow")
+	// ErrBadInput: the run input is not a JSON object.
+	ErrBadInput = errors.New("bad run input")
+	// ErrBadRunID: the run id can't be a subject token.
+	ErrBadRunID = queue.ErrBadID
+	// ErrRunIDTaken: the id belongs to a different run (other workflow or input).
+	ErrRunIDTaken = errors.New("run id taken by a different run")
+	// ErrNotWaiting: the run is not parked for approval.
+	ErrNotWaiting = errors.New("run is not waiting for approval")
+	// ErrStaleHash: the approval names a payload other than the one pending.
+	ErrStaleHash = errors.New("approval names a payload that is not the pending one")
+	// ErrNotActive: the run already ended.
+	ErrNotActive = errors.New("run already ended")
+	// ErrNotFound: no such run.
+	ErrNotFound = checkpoint.ErrNotFound
+)
+
+// Client is a handle on a durable deployment.
+type Client struct {
+	js    jetstream.JetStream
+	store checkpoint.Store
+}
+
+// New returns a client over the step stream and the store.
+func New(js jetstream.JetStream, store checkpoint.Store) *Client {
+	return &Client{js: js, store: store}
+}
+
+// Store is the client's checkpoint store.
+func (c *Client) Store() checkpoint.Store { return c.store }
+
+// StartRequest starts a run.
+type StartRequest struct {
+	Workflow string
+	RunID    string
+	// Input is the run input, a JSON object; empty means {}.
+	Input json.RawMessage
+	// By names who started the run (recorded, and used by a four-eyes rule).
+	By string
+}
+
+// Start creates the run and publishes its first step. Starting an id that
+// exists with the same workflow and input returns the existing run with
+// created false and does not restart it.
+func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Run, created bool, err error) {
+	if err := queue.ValidateRunID(req.RunID); err != nil {
+		return run, false, err
+	}
+	input, err := normalizeInput(req.Input)
+	if err != nil {
+		return run, false, err
+	}
+	info, err := c.workflow(ctx, req.Workflow)
+	if err != nil {
+		return run, false, err
+	}
+	now := time.Now().UTC()
+	run = checkpoint.Run{
+		ID: req.RunID, Workflow: info.Name, Version: info.Version,
+		Status: checkpoint.StatusRunning, Step: 1, StepName: info.FirstStep,
+		Input: input, StartedBy: req.By, CreatedAt: now, UpdatedAt: now,
+	}
+	stored, err := c.store.CreateRun(ctx, run)
+	switch {
+	case errors.Is(err, checkpoint.ErrRunExists):
+		if stored.Workflow != run.Workflow || !jsonEqual(stored.Input, run.Input) {
+			return stored, false, fmt.Errorf("run %s: %w (workflow %s, started %s); choose another id", req.RunID, ErrRunIDTaken, stored.Workflow, stored.CreatedAt.Format(time.RFC3339))
+		}
+		// The first publish may have been lost: publishing step 1 again is
+		// harmless (same message id, and the protocol ignores replays).
+		if stored.Status == checkpoint.StatusRunning && stored.Step == 1 {
+			if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
+				return stored, false, err
+			}
+		}
+		return stored, false, nil
+	case err != nil:
+		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
+	}
+	if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
+		return stored, true, err
+	}
+	return stored, true, nil
+}
+
+func (c *Client) workflow(ctx context.Context, name string) (checkpoint.WorkflowInfo, error) {
+	infos, err := c.store.Workflows(ctx)
+	if err != nil {
+		return checkpoint.WorkflowInfo{}, fmt.Errorf("read registered workflows: %w", err)
+	}
+	var best *checkpoint.WorkflowInfo
+	var names []string
+	for i, in := range infos {
+		names = append(names, in.Name)
+		if in.Name == name && (best == nil || in.Version > best.Version) {
+			best = &infos[i]
+		}
+	}
+	if best == nil {
+		sort.Strings(names)
+		return checkpoint.WorkflowInfo{}, fmt.Errorf("workflow %q: %w; workflows registered by workers: %v (a worker registers its workflows when it starts)", name, ErrUnknownWorkflow, dedupe(names))
+	}
+	return *best, nil
+}
+
+func (c *Client) publish(ctx context.Context, run checkpoint.Run, msgID string) error {
+	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+	return queue.PublishStep(ctx, c.js, m, msgID)
+}
+
+// Channels through which a decision arrives.
+const (
+	ChannelCLI   = "cli"
+	ChannelAPI   = "api"
+	ChannelPage  = "page"
+	ChannelEvent = "event"
+)
+
+// Decision approves or rejects a parked run.
+type Decision struct {
+	RunID  string
+	By     string
+	Reject bool
+	Reason string
+	// Channel the decision came through (ChannelCLI, ...).
+	Channel string
+	// PayloadSHA256, when set, must name the pending payload.
+	PayloadSHA256 string
+}
+
+// Decide records the decision on the parked run and resumes it: the parked
+// step runs again on any worker with the decision in its context.
+func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error) {
+	if d.By == "" {
+		return checkpoint.Run{}, errors.New("a decision needs who took it")
+	}
+	for {
+		run, err := c.store.GetRun(ctx, d.RunID)
+		if err != nil {
+			return run, fmt.Errorf("run %s: %w", d.RunID, err)
+		}
+		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
+			msg := fmt.Sprintf("run %s is %s at step %d", run.ID, run.Status, run.Step)
+			if n := len(run.Approvals); n > 0 {
+				a := run.Approvals[n-1]
+				msg += fmt.Sprintf("; last decision: %s by %s at %s", a.Decision, a.By, a.At.Format(time.RFC3339))
+			}
+			return run, fmt.Errorf("%s: %w", msg, ErrNotWaiting)
+		}
+		w := run.Wait
+		if d.PayloadSHA256 != "" && d.PayloadSHA256 != w.PayloadSHA256 {
+			return run, fmt.Errorf("run %s: pending payload is %s, not %s: %w", run.ID, w.PayloadSHA256, d.PayloadSHA256, ErrStaleHash)
+		}
+		decision := checkpoint.DecisionApproved
+		if d.Reject {
+			decision = checkpoint.DecisionRejected
+		}
+		now := time.Now().UTC()
+		next := run
+		next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
+			Step: w.Step, By: d.By, At: now, Decision: decision, Channel: d.Channel,
+			PayloadSHA256: w.PayloadSHA256, Payload: w.Payload, Reason: d.Reason,
+		})
+		next.Status, next.Step, next.StepName = checkpoint.StatusRunning, w.Step, w.StepName
+		next.Wait = nil
+		next.Resumes++
+		next.UpdatedAt = now
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue // decided or changed meanwhile: look again
+		}
+		if err != nil {
+			return run, fmt.Errorf("record decision on %s: %w", run.ID, err)
+		}
+		id := fmt.Sprintf("%s:%d:resume%d", stored.ID, stored.Step, stored.Resumes)
+		if err := c.publish(ctx, stored, id); err != nil {
+			return stored, fmt.Errorf("decision recorded but the resume was not published (the scheduler's repair will): %w", err)
+		}
+		return stored, nil
+	}
+}
+
+// Cancel stops a running or waiting run. A step in flight is discarded at
+// its commit.
+func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, error) {
+	for {
+		run, err := c.store.GetRun(ctx, id)
+		if err != nil {
+			return run, fmt.Errorf("run %s: %w", id, err)
+		}
+		if run.Status.Terminal() {
+			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotActive)
+		}
+		next := run
+		next.Status, next.Wait, next.UpdatedAt = checkpoint.StatusCancelled, nil, time.Now().UTC()
+		next.Error = "cancelled by " + by
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue
+		}
+		return stored, err
+	}
+}
+
+func normalizeInput(in json.RawMessage) (json.RawMessage, error) {
+	in = bytes.TrimSpace(in)
+	if len(in) == 0 {
+		return json.RawMessage(`{}`), nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(in, &obj); err != nil || obj == nil {
+		why := "not a JSON object"
+		if err != nil {
+			why = err.Error()
+		}
+		return nil, fmt.Errorf("%w: %s; pass a JSON object such as '{\"amount\": 1840}'", ErrBadInput, why)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, in); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	return buf.Bytes(), nil
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+func dedupe(s []string) []string {
+	var out []string
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,258 @@
+package steps
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// Recorder stores a journaled call first-writer-wins and returns the record
+// that is stored. The worker binds it to the checkpoint store.
+type Recorder interface {
+	RecordCall(ctx context.Context, rec checkpoint.CallRecord) (checkpoint.CallRecord, error)
+}
+
+// ContextConfig builds a Context. The worker fills it; tests of a workflow's
+// steps can fill it by hand.
+type ContextConfig struct {
+	RunID    string
+	Workflow string
+	Version  int
+	Step     int
+	StepName string
+	// Attempt is the delivery of this step (1 = first).
+	Attempt int
+	// Journal holds calls recorded by earlier attempts of this step.
+	Journal []checkpoint.CallRecord
+	// Recorder stores new calls. Nil keeps them in memory only.
+	Recorder Recorder
+	// Approvals are the decisions recorded for this step, oldest first.
+	Approvals []checkpoint.Approval
+	// Heartbeat tells the queue the step is still alive. Optional.
+	Heartbeat func()
+	// AfterCall runs after a call's function returned and before its result
+	// is journaled: the point where a crash leaves an effect unrecorded.
+	// Used for crash injection. Optional.
+	AfterCall func(name string)
+}
+
+// Context is what a step knows about where it runs. It is not safe for
+// concurrent Calls with the same name; distinct names may run concurrently.
+type Context struct {
+	cfg ContextConfig
+
+	mu       sync.Mutex
+	journal  map[string]checkpoint.CallRecord
+	used     map[string]bool
+	calls    []checkpoint.CallRecord
+	effects  []checkpoint.Effect
+	mismatch bool
+}
+
+// JournalMismatch reports whether a call of this attempt hit ErrJournalMismatch,
+// even if the step swallowed the error.
+func (s *Context) JournalMismatch() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mismatch
+}
+
+// NewContext returns a step context.
+func NewContext(cfg ContextConfig) *Context {
+	s := &Context{cfg: cfg, journal: make(map[string]checkpoint.CallRecord, len(cfg.Journal)), used: map[string]bool{}}
+	for _, r := range cfg.Journal {
+		s.journal[r.Name] = r
+	}
+	return s
+}
+
+// RunID is the id of the run.
+func (s *Context) RunID() string { return s.cfg.RunID }
+
+// Workflow is the workflow's name.
+func (s *Context) Workflow() string { return s.cfg.Workflow }
+
+// Step is the step number, counting from 1 (step names may repeat in a loop;
+// numbers don't).
+func (s *Context) Step() int { return s.cfg.Step }
+
+// StepName is the name of the workflow step being run.
+func (s *Context) StepName() string { return s.cfg.StepName }
+
+// Attempt is the delivery of this step, 1 on the first.
+func (s *Context) Attempt() int { return s.cfg.Attempt }
+
+// IdempotencyKey is the key for this step's side effect: "<run>:step<n>". It
+// names the logical step, never the attempt, so a retry presents the same key.
+func (s *Context) IdempotencyKey() string {
+	return s.cfg.RunID + ":step" + strconv.Itoa(s.cfg.Step)
+}
+
+// Key is the idempotency key of one of several effects of this step:
+// "<run>:step<n>:<name>".
+func (s *Context) Key(name string) string { return s.IdempotencyKey() + ":" + name }
+
+// Heartbeat tells the queue that a long step is alive. The worker also
+// heartbeats on its own while a step runs; call this from loops that must
+// not be mistaken for a hung step.
+func (s *Context) Heartbeat() {
+	if s.cfg.Heartbeat != nil {
+		s.cfg.Heartbeat()
+	}
+}
+
+// Effect notes a side effect performed with an idempotency key and whether
+// the provider answered that it had already seen the key.
+func (s *Context) Effect(key string, replayed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.effects = append(s.effects, checkpoint.Effect{Key: key, Replayed: replayed})
+}
+
+// Decision is the latest decision recorded for this step, or nil.
+func (s *Context) Decision() *checkpoint.Approval {
+	if n := len(s.cfg.Approvals); n > 0 {
+		a := s.cfg.Approvals[n-1]
+		return &a
+	}
+	return nil
+}
+
+// Approval returns the decision that applies to req: the latest decision for
+// this step, provided it was taken on the payload req presents now. When
+// the facts changed since (the payload hashes differently) or nobody decided
+// yet, it returns nil and the step should return Wait(state, req) to ask again.
+func (s *Context) Approval(req ApprovalRequest) (*checkpoint.Approval, error) {
+	sum, err := PayloadSHA256(req.Payload)
+	if err != nil {
+		return nil, err
+	}
+	d := s.Decision()
+	if d == nil || d.PayloadSHA256 != sum {
+		return nil, nil
+	}
+	return d, nil
+}
+
+// Calls returns the calls journaled by this attempt, in order.
+func (s *Context) Calls() []checkpoint.CallRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]checkpoint.CallRecord(nil), s.calls...)
+}
+
+// Effects returns the effects noted by this attempt.
+func (s *Context) Effects() []checkpoint.Effect {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]checkpoint.Effect(nil), s.effects...)
+}
+
+// PayloadSHA256 is the hex SHA-256 of payload's JSON encoding: what an
+// approval names to say which payload it approved.
+func PayloadSHA256(payload any) (string, error) {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return "", fmt.Errorf("encode approval payload: %w", err)
+	}
+	return SHA256Hex(b), nil
+}
+
+// SHA256Hex is the hex SHA-256 of b.
+func SHA256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// ErrJournalMismatch: a call was made under a name already journaled for
+// this step with different arguments. The workflow is not deterministic up
+// to its calls (a bug); the step is not retried.
+var ErrJournalMismatch = errors.New("journaled call replayed with different arguments")
+
+// ErrDuplicateCall: one attempt of a step used the same call name twice.
+var ErrDuplicateCall = errors.New("call name used twice in one step")
+
+// Call runs fn once per step and journals its result: a retried step gets
+// the recorded result back and fn is not called again (a model call is not
+// deterministic; a tool may move money). The result is stored as soon as fn
+// returns, before the step goes on. args identify the call; the same name
+// with different args is ErrJournalMismatch. Errors from fn are not
+// journaled: the next attempt calls again.
+func Call[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	argsJSON, err := json.Marshal(args)
+	if err != nil {
+		return zero, fmt.Errorf("call %s: encode args: %w", name, err)
+	}
+	argsSum := SHA256Hex(argsJSON)
+
+	s.mu.Lock()
+	if s.used[name] {
+		s.mu.Unlock()
+		return zero, fmt.Errorf("call %s in %s: %w", name, s.IdempotencyKey(), ErrDuplicateCall)
+	}
+	s.used[name] = true
+	rec, ok := s.journal[name]
+	s.mu.Unlock()
+
+	if ok {
+		return replayCall[T](s, name, argsSum, rec)
+	}
+	v, err := fn(ctx)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.used, name)
+		s.mu.Unlock()
+		return zero, err
+	}
+	result, err := json.Marshal(v)
+	if err != nil {
+		return zero, fmt.Errorf("call %s: encode result: %w", name, err)
+	}
+	if s.cfg.AfterCall != nil {
+		s.cfg.AfterCall(name)
+	}
+	rec = checkpoint.CallRecord{Name: name, ArgsSHA256: argsSum, Result: result, At: time.Now().UTC()}
+	if s.cfg.Recorder != nil {
+		stored, err := s.cfg.Recorder.RecordCall(ctx, rec)
+		if err != nil {
+			return zero, fmt.Errorf("journal call %s of %s: %w", name, s.IdempotencyKey(), err)
+		}
+		if string(stored.Result) != string(result) || stored.ArgsSHA256 != argsSum {
+			// A concurrent attempt of this step recorded first: its result
+			// is the one the run continues with.
+			return replayCall[T](s, name, argsSum, stored)
+		}
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, rec)
+	s.mu.Unlock()
+	return v, nil
+}
+
+// replayCall returns a recorded result in place of calling again.
+func replayCall[T any](s *Context, name, argsSum string, rec checkpoint.CallRecord) (T, error) {
+	var v T
+	if rec.ArgsSHA256 != argsSum {
+		s.mu.Lock()
+		s.mismatch = true
+		s.mu.Unlock()
+		return v, fmt.Errorf("call %s of %s: recorded args %.12s, now %.12s: %w", name, s.IdempotencyKey(), rec.ArgsSHA256, argsSum, ErrJournalMismatch)
+	}
+	if err := json.Unmarshal(rec.Result, &v); err != nil {
+		return v, fmt.Errorf("call %s of %s: decode recorded result: %w", name, s.IdempotencyKey(), err)
+	}
+	rec.Replayed = true
+	s.mu.Lock()
+	s.calls = append(s.calls, rec)
+	s.mu.Unlock()
+	return v, nil
+}

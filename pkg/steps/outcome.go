@@ -1,0 +1,156 @@
+package steps
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind says what a step decided.
+type Kind int
+
+const (
+	// KindNext: go to a named step with the new state.
+	KindNext Kind = iota + 1
+	// KindComplete: the run completed with this state.
+	KindComplete
+	// KindFail: the run failed for a business reason (no retry).
+	KindFail
+	// KindWait: park the run until a person or system decides.
+	KindWait
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindNext:
+		return "next"
+	case KindComplete:
+		return "complete"
+	case KindFail:
+		return "fail"
+	case KindWait:
+		return "wait"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Outcome is what a step returns: where the run goes next and with which state.
+// Build one with Next, Complete, Fail or Wait.
+type Outcome[S any] struct {
+	kind   Kind
+	next   string
+	state  S
+	reason string
+	wait   *ApprovalRequest
+}
+
+// Next moves the run to the step named step with state. The name may be chosen
+// at run time (an agent loop whose next step the model picks).
+func Next[S any](step string, state S) Outcome[S] {
+	return Outcome[S]{kind: KindNext, next: step, state: state}
+}
+
+// Complete ends the run successfully with state.
+func Complete[S any](state S) Outcome[S] { return Outcome[S]{kind: KindComplete, state: state} }
+
+// Fail ends the run as failed, for a reason that retrying won't change (a
+// rejected claim). state is recorded for inspection. For errors that might
+// pass, return an error instead: the step is retried by its policy.
+func Fail[S any](state S, reason string) Outcome[S] {
+	return Outcome[S]{kind: KindFail, state: state, reason: reason}
+}
+
+// Wait parks the run until the request is decided. When it is, the same step
+// runs again from its start and finds the decision through Context.Approval.
+func Wait[S any](state S, req ApprovalRequest) Outcome[S] {
+	return Outcome[S]{kind: KindWait, state: state, wait: &req}
+}
+
+// Kind reports what the outcome decided.
+func (o Outcome[S]) Kind() Kind { return o.kind }
+
+// Result is an outcome with its state encoded, as the engine persists it.
+type Result struct {
+	Kind   Kind
+	Next   string
+	State  json.RawMessage
+	Reason string
+	Wait   *ApprovalRequest
+}
+
+// Expiry policies for approvals nobody answers.
+const (
+	ExpireReject   = "reject"
+	ExpireEscalate = "escalate"
+	ExpireRemind   = "remind"
+)
+
+// ApprovalRequest is what a parked run asks for.
+type ApprovalRequest struct {
+	// Payload is what the approver sees; it must encode to JSON. Its SHA-256
+	// is what an approval names.
+	Payload any
+	// Group may decide. Required.
+	Group string
+	// TTL until the expiry policy applies. Default 72h.
+	TTL time.Duration
+	// OnExpiry: ExpireReject (default), ExpireEscalate or ExpireRemind.
+	OnExpiry string
+	// EscalateTo is the group that gets the request when OnExpiry is ExpireEscalate.
+	EscalateTo string
+	// Reminders before rejecting, when OnExpiry is ExpireRemind.
+	Reminders int
+}
+
+// RetryPolicy says how often a step that returns an error is tried again.
+type RetryPolicy struct {
+	// Attempts in total, first included. Default 5.
+	Attempts int
+	// Backoff before the second attempt; doubled each time. Default 1s.
+	Backoff time.Duration
+	// MaxBackoff caps the backoff. Default 1m.
+	MaxBackoff time.Duration
+}
+
+// DefaultRetry applies to steps without their own policy.
+var DefaultRetry = RetryPolicy{Attempts: 5, Backoff: time.Second, MaxBackoff: time.Minute}
+
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	if p.Attempts <= 0 {
+		p.Attempts = DefaultRetry.Attempts
+	}
+	if p.Backoff <= 0 {
+		p.Backoff = DefaultRetry.Backoff
+	}
+	if p.MaxBackoff <= 0 {
+		p.MaxBackoff = DefaultRetry.MaxBackoff
+	}
+	return p
+}
+
+// Delay is the backoff after the given failed attempt (1-based).
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	p = p.withDefaults()
+	d := p.Backoff
+	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, p.MaxBackoff)
+}
+
+// PermanentError marks a step error that retrying cannot fix: the run goes to
+// the dead letters at once instead of using up its attempts.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so the step is not retried.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// IsPermanent reports whether err was wrapped by Permanent.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,393 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/internal/faults"
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// storeRetry is how long a delivery waits before redelivery after a store
+// or publish error: the step is retried, never lost, never acked uncommitted.
+const storeRetry = time.Second
+
+// delivery is one message being handled.
+type delivery struct {
+	msg     jetstream.Msg
+	m       queue.StepMsg
+	attempt int
+	log     zerolog.Logger
+	start   time.Time
+}
+
+// handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
+func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
+	d := &delivery{msg: msg, attempt: 1, start: time.Now()}
+	if md, err := msg.Metadata(); err == nil {
+		d.attempt = int(md.NumDelivered)
+	}
+	m, err := queue.DecodeStep(msg.Subject(), msg.Data())
+	if err != nil {
+		w.c.malformed.Add(1)
+		w.log.Error().Err(err).Str("subject", msg.Subject()).Int("bytes", len(msg.Data())).Msg("terminating malformed step message")
+		_ = msg.TermWithReason("malformed step message")
+		w.done("", "", "malformed", d)
+		return
+	}
+	d.m = m
+	d.log = w.log.With().Str("run_id", m.RunID).Int("step", m.Step).Str("workflow", m.Workflow).Int("attempt", d.attempt).Logger()
+	ctx = d.log.WithContext(ctx)
+	w.step(ctx, d)
+}
+
+func (w *Worker) step(ctx context.Context, d *delivery) {
+	m := d.m
+	// 1. Load run R and checkpoints n, n-1 and the journal of n.
+	snap, err := w.cfg.Store.Load(ctx, m.RunID, m.Step)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		d.log.Warn().Msg("step message for an unknown run: acked as stale")
+		w.ackStale(d, "")
+		return
+	}
+	if err != nil {
+		w.retryTransient(d, "load", err)
+		return
+	}
+	run := snap.Run
+	if snap.Current != nil {
+		// The step is done. Publish n+1 again only if the run still waits
+		// for it, so replayed old messages don't cascade.
+		w.c.replayed.Add(1)
+		w.continueAfter(ctx, d, run, *snap.Current, "replayed")
+		return
+	}
+	if run.Status != checkpoint.StatusRunning || run.Step != m.Step {
+		w.ackStale(d, run.StepName)
+		return
+	}
+	def, ok := w.cfg.Registry.Lookup(run.Workflow, run.Version)
+	if !ok {
+		// Another worker of the fleet may run this version: release it.
+		d.log.Error().Int("version", run.Version).Msg("workflow version not registered in this worker; releasing the step")
+		_ = d.msg.NakWithDelay(10 * time.Second)
+		w.done(run.Workflow, run.StepName, "error", d)
+		return
+	}
+
+	// 2. Run the step from checkpoint n-1's state (the input for step 1).
+	state := run.Input
+	if m.Step > 1 {
+		if snap.Previous == nil {
+			w.retryTransient(d, "load", fmt.Errorf("checkpoint %s:%d missing under cursor %d", run.ID, m.Step-1, run.Step))
+			return
+		}
+		state = snap.Previous.State
+	}
+	w.faults.At(run.ID, m.Step, d.attempt, faults.Before)
+	sctx := steps.NewContext(steps.ContextConfig{
+		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
+		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
+		Journal:   snap.Journal,
+		Recorder:  recorder{store: w.cfg.Store, run: run.ID, step: m.Step},
+		Approvals: approvalsFor(run, m.Step),
+		Heartbeat: func() { _ = d.msg.InProgress() },
+		AfterCall: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
+	})
+	began := time.Now()
+	res, err := w.execute(ctx, d, def, sctx, run.StepName, state, m.Step == 1)
+	took := time.Since(began)
+	if err != nil {
+		w.stepFailed(ctx, d, def, run, sctx, err)
+		return
+	}
+
+	// 3. Commit checkpoint n first-writer-wins with the run record.
+	switch res.Kind {
+	case steps.KindWait:
+		w.park(ctx, d, run, res)
+		return
+	}
+	cp := checkpoint.Checkpoint{
+		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State,
+		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
+		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
+	}
+	next := run
+	next.UpdatedAt = cp.At
+	switch res.Kind {
+	case steps.KindNext:
+		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
+		next.Step, next.StepName = m.Step+1, res.Next
+	case steps.KindComplete:
+		cp.Status = checkpoint.StatusCompleted
+		next.Status = checkpoint.StatusCompleted
+	case steps.KindFail:
+		cp.Status = checkpoint.StatusFailed
+		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
+	}
+	size := checkpointSize(cp)
+	warn, err := w.cfg.Budget.Check(run.ID, m.Step, size)
+	if err != nil {
+		w.deadLetter(ctx, d, run, err.Error())
+		return
+	}
+	if warn {
+		d.log.Warn().Int("bytes", size).Msg("checkpoint over the warning size")
+	}
+	committed, err := w.cfg.Store.Commit(ctx, next, cp)
+	switch {
+	case errors.Is(err, checkpoint.ErrCheckpointExists), errors.Is(err, checkpoint.ErrConflict):
+		// Another writer won (a redelivery ran the step at the same time) or
+		// the run moved (cancelled): discard our result, follow the store.
+		w.c.lost.Add(1)
+		d.log.Info().Err(err).Msg("commit lost; continuing with the stored result")
+		w.afterLostCommit(ctx, d)
+		return
+	case err != nil:
+		w.retryTransient(d, "commit", err)
+		return
+	}
+	w.c.committed.Add(1)
+	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
+	w.faults.At(run.ID, m.Step, d.attempt, faults.AfterCheckpoint)
+
+	// 4. Publish step n+1 and wait for the PubAck. 5. Ack n.
+	w.continueAfter(ctx, d, committed, cp, outcomeOf(cp.Status))
+}
+
+func outcomeOf(s checkpoint.Status) string {
+	switch s {
+	case checkpoint.StatusCompleted:
+		return "completed"
+	case checkpoint.StatusFailed:
+		return "failed"
+	}
+	return "committed"
+}
+
+// continueAfter publishes step cp.Step+1 if run is still running at that
+// step, then acks. Used after a commit and for replays of committed steps.
+func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
+	if run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
+		next := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+		if err := queue.PublishStep(ctx, w.cfg.JetStream, next, queue.MsgID(run.ID, run.Step)); err != nil {
+			w.retryTransient(d, "publish next", err)
+			return
+		}
+		if outcome == "replayed" {
+			w.c.republished.Add(1)
+			d.log.Info().Msg("step already committed; published the next step again")
+		}
+		w.faults.At(run.ID, cp.Step, d.attempt, faults.AfterPublish)
+	} else if outcome == "replayed" {
+		d.log.Debug().Msg("step already committed; nothing to do")
+	}
+	w.ack(d)
+	w.done(run.Workflow, cp.Name, outcome, d)
+}
+
+// afterLostCommit reloads after losing a commit and continues from the store.
+func (w *Worker) afterLostCommit(ctx context.Context, d *delivery) {
+	snap, err := w.cfg.Store.Load(ctx, d.m.RunID, d.m.Step)
+	if err != nil {
+		w.retryTransient(d, "reload after lost commit", err)
+		return
+	}
+	if snap.Current != nil {
+		w.continueAfter(ctx, d, snap.Run, *snap.Current, "lost")
+		return
+	}
+	if snap.Run.Status == checkpoint.StatusRunning && snap.Run.Step == d.m.Step {
+		// The run record moved but still waits for this step: run it again.
+		w.retryTransient(d, "commit", errors.New("run record changed during the step"))
+		return
+	}
+	w.ackStale(d, snap.Run.StepName)
+}
+
+// park stores the approval request and acks: the run now holds nothing in
+// any worker until a decision publishes the step again.
+func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res steps.Result) {
+	req := res.Wait
+	payload, err := json.Marshal(req.Payload)
+	if err != nil {
+		w.deadLetter(ctx, d, run, fmt.Sprintf("approval payload does not encode: %v", err))
+		return
+	}
+	ttl := req.TTL
+	if ttl <= 0 {
+		ttl = 72 * time.Hour
+	}
+	now := time.Now().UTC()
+	onExpiry := req.OnExpiry
+	if onExpiry == "" {
+		onExpiry = steps.ExpireReject
+	}
+	next := run
+	next.Status = checkpoint.StatusWaiting
+	next.UpdatedAt = now
+	next.Wait = &checkpoint.Wait{
+		Step: d.m.Step, StepName: run.StepName, Payload: payload,
+		PayloadSHA256: steps.SHA256Hex(payload), Group: req.Group,
+		Since: now, Deadline: now.Add(ttl), OnExpiry: onExpiry,
+		EscalateTo: req.EscalateTo, Reminders: req.Reminders,
+	}
+	if _, err := w.cfg.Store.UpdateRun(ctx, next); err != nil {
+		if errors.Is(err, checkpoint.ErrConflict) {
+			w.c.lost.Add(1)
+			w.afterLostCommit(ctx, d)
+			return
+		}
+		w.retryTransient(d, "park", err)
+		return
+	}
+	w.c.parked.Add(1)
+	d.log.Info().Str("group", req.Group).Str("payload_sha256", next.Wait.PayloadSHA256).Time("deadline", next.Wait.Deadline).Msg("run parked for approval")
+	w.ack(d)
+	w.done(run.Workflow, run.StepName, "parked", d)
+}
+
+// stepFailed applies the step's retry policy to an error from its body.
+func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definition, run checkpoint.Run, sctx *steps.Context, err error) {
+	policy := def.Retry(run.StepName)
+	switch {
+	case errors.Is(err, steps.ErrJournalMismatch) || sctx.JournalMismatch():
+		d.log.Error().Err(err).Msg("journal mismatch: the step made a recorded call with different arguments")
+		w.deadLetter(ctx, d, run, err.Error())
+	case steps.IsPermanent(err):
+		w.deadLetter(ctx, d, run, err.Error())
+	case ctx.Err() != nil:
+		// Shutdown cancelled the step: hand it back for another worker.
+		_ = d.msg.Nak()
+		w.done(run.Workflow, run.StepName, "error", d)
+	case d.attempt >= policy.Attempts:
+		w.deadLetter(ctx, d, run, fmt.Sprintf("step %s failed %d times: %v", run.StepName, d.attempt, err))
+	default:
+		delay := policy.Delay(d.attempt)
+		w.c.retried.Add(1)
+		d.log.Warn().Err(err).Dur("retry_in", delay).Int("attempts", policy.Attempts).Msg("step failed; will retry")
+		_ = d.msg.NakWithDelay(delay)
+		w.done(run.Workflow, run.StepName, "retry", d)
+	}
+}
+
+// deadLetter publishes the dead letter, marks the run dead and acks.
+func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
+	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.Step, StepName: run.StepName, Reason: reason, Attempt: d.attempt, At: time.Now().UTC()}
+	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl); err != nil {
+		w.retryTransient(d, "dead letter", err)
+		return
+	}
+	next := run
+	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, dl.At
+	if _, err := w.cfg.Store.UpdateRun(ctx, next); err != nil {
+		if errors.Is(err, checkpoint.ErrConflict) {
+			w.afterLostCommit(ctx, d)
+			return
+		}
+		w.retryTransient(d, "mark dead", err)
+		return
+	}
+	w.c.dead.Add(1)
+	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
+	w.ack(d)
+	w.done(run.Workflow, run.StepName, "dead", d)
+}
+
+func (w *Worker) ackStale(d *delivery, step string) {
+	w.c.stale.Add(1)
+	d.log.Debug().Msg("stale step message acked")
+	w.ack(d)
+	w.done(d.m.Workflow, step, "stale", d)
+}
+
+// retryTransient releases the delivery for redelivery after a store or
+// publish error. The message is never acked while its step is uncommitted.
+func (w *Worker) retryTransient(d *delivery, op string, err error) {
+	w.c.errors.Add(1)
+	d.log.Warn().Err(err).Str("op", op).Msg("transient error; step released for redelivery")
+	_ = d.msg.NakWithDelay(storeRetry)
+	w.done(d.m.Workflow, "", "error", d)
+}
+
+func (w *Worker) ack(d *delivery) {
+	if err := d.msg.Ack(); err != nil {
+		// The ack may be lost: the redelivery finds the checkpoint.
+		d.log.Warn().Err(err).Msg("ack failed")
+	}
+}
+
+func (w *Worker) done(workflow, step, outcome string, d *delivery) {
+	if w.cfg.Metrics != nil {
+		w.cfg.Metrics.StepDone(workflow, step, outcome, time.Since(d.start))
+	}
+}
+
+// execute runs the step body, heartbeating the delivery while it runs.
+func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition, sctx *steps.Context, name string, state json.RawMessage, first bool) (res steps.Result, err error) {
+	stop := make(chan struct{})
+	hbDone := make(chan struct{})
+	hang := w.faults.Hangs(d.m.RunID, d.m.Step, d.attempt)
+	go func() {
+		defer close(hbDone)
+		if hang {
+			return // a hung step must look hung to the server
+		}
+		t := time.NewTicker(w.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = d.msg.InProgress()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-hbDone
+		if p := recover(); p != nil {
+			err = fmt.Errorf("step %s panicked: %v", name, p)
+		}
+	}()
+	w.faults.At(d.m.RunID, d.m.Step, d.attempt, faults.Hang)
+	return def.Execute(ctx, sctx, name, state, first)
+}
+
+// approvalsFor returns the decisions recorded for step n of run.
+func approvalsFor(run checkpoint.Run, n int) []checkpoint.Approval {
+	var out []checkpoint.Approval
+	for _, a := range run.Approvals {
+		if a.Step == n {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func checkpointSize(cp checkpoint.Checkpoint) int {
+	b, _ := json.Marshal(cp)
+	return len(b)
+}
+
+// recorder binds the store's journal to one step.
+type recorder struct {
+	store checkpoint.Store
+	run   string
+	step  int
+}
+
+func (r recorder) RecordCall(ctx context.Context, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	return r.store.RecordCall(ctx, r.run, r.step, rec)
+}
+

@@ -1,0 +1,270 @@
+// Package worker runs workflow steps from the step stream: the durable step
+// protocol (DESIGN.md) on top of a checkpoint store and JetStream. A user's
+// worker binary registers its workflows in a steps.Registry and calls Run.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/internal/faults"
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// Config configures a worker. Zero values take the defaults documented.
+type Config struct {
+	// JetStream connection. Required.
+	JetStream jetstream.JetStream
+	// Store holds checkpoints and runs. Required.
+	Store checkpoint.Store
+	// Registry holds the workflows this worker runs. Required, not empty.
+	Registry *steps.Registry
+	// Concurrency is the number of steps run at once. Default 16.
+	Concurrency int
+	// AckWait is how long a delivery may go without an ack or heartbeat
+	// before the server redelivers it. Default 30s.
+	AckWait time.Duration
+	// DrainTimeout bounds how long Run waits for in-flight steps once its
+	// context ends; steps still running then are cancelled and released for
+	// redelivery. Default AckWait.
+	DrainTimeout time.Duration
+	// Budget bounds checkpoint sizes. Default checkpoint.DefaultBudget.
+	Budget checkpoint.Budget
+	// StreamReplicas for the streams the worker provisions. Default 1.
+	StreamReplicas int
+	// Logger for structured logs. Default: zerolog's global logger.
+	Logger *zerolog.Logger
+	// Crash injects crashes for tests and the demo (DURABLE_CRASH syntax,
+	// see internal/faults). Leave empty in production.
+	Crash string
+	// Metrics receives step events. Optional.
+	Metrics Metrics
+}
+
+// Metrics is the hook through which a worker reports; the Prometheus
+// adapter lives outside pkg/ so this package does not import it.
+type Metrics interface {
+	// StepDone is called once per handled delivery with its outcome:
+	// committed, parked, completed, failed, dead, retry, stale, replayed,
+	// lost (another writer won), malformed, error.
+	StepDone(workflow, step, outcome string, d time.Duration)
+}
+
+// Stats counts what a worker did since it started.
+type Stats struct {
+	Committed   int64 // steps committed by this worker
+	Replayed    int64 // deliveries of already committed steps
+	Republished int64 // next-step messages published again for a lost publish
+	Stale       int64 // deliveries of steps the run is no longer at
+	Lost        int64 // commits lost to another writer (the winner's result was used)
+	Parked      int64 // runs parked for approval
+	Retried     int64 // step errors that will be retried
+	Dead        int64 // runs sent to the dead letters
+	Malformed   int64 // undecodable messages, terminated
+	Errors      int64 // transient errors (store or publish), released for redelivery
+}
+
+type counters struct {
+	committed, replayed, republished, stale, lost, parked, retried, dead, malformed, errors atomic.Int64
+}
+
+// Worker executes steps. Create with New, start with Run.
+type Worker struct {
+	cfg    Config
+	log    zerolog.Logger
+	faults *faults.Injector
+	c      counters
+	sem    chan struct{}
+}
+
+// New validates cfg and returns a worker.
+func New(cfg Config) (*Worker, error) {
+	var errs []error
+	if cfg.JetStream == nil {
+		errs = append(errs, errors.New("worker: Config.JetStream is required"))
+	}
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("worker: Config.Store is required"))
+	}
+	if cfg.Registry == nil || len(cfg.Registry.Names()) == 0 {
+		errs = append(errs, errors.New("worker: Config.Registry must hold at least one workflow"))
+	}
+	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.DrainTimeout < 0 {
+		errs = append(errs, errors.New("worker: Concurrency, AckWait and DrainTimeout must not be negative"))
+	}
+	if cfg.AckWait > 0 && cfg.AckWait < 500*time.Millisecond {
+		errs = append(errs, fmt.Errorf("worker: AckWait %s is too short (min 500ms)", cfg.AckWait))
+	}
+	inj, err := faults.Parse(cfg.Crash)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = cfg.AckWait
+	}
+	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency)}
+	if cfg.Logger != nil {
+		w.log = *cfg.Logger
+	} else {
+		w.log = zerolog.Nop()
+	}
+	return w, nil
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	return Stats{
+		Committed: w.c.committed.Load(), Replayed: w.c.replayed.Load(), Republished: w.c.republished.Load(),
+		Stale: w.c.stale.Load(), Lost: w.c.lost.Load(), Parked: w.c.parked.Load(), Retried: w.c.retried.Load(),
+		Dead: w.c.dead.Load(), Malformed: w.c.malformed.Load(), Errors: w.c.errors.Load(),
+	}
+}
+
+// Setup provisions the streams and the workflows' consumers and registers
+// the workflows in the store. Run calls it; it is idempotent.
+func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
+	if err := queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas}); err != nil {
+		return nil, err
+	}
+	var cons []jetstream.Consumer
+	for _, d := range w.cfg.Registry.All() {
+		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), UpdatedAt: time.Now().UTC()}
+		if err := w.cfg.Store.RegisterWorkflow(ctx, info); err != nil {
+			return nil, fmt.Errorf("register workflow %s v%d: %w", d.Name(), d.Version(), err)
+		}
+	}
+	for _, name := range w.cfg.Registry.Names() {
+		cc := queue.ConsumerConfig(name, w.cfg.AckWait, 0)
+		c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, queue.StepStream, cc)
+		if err != nil {
+			return nil, fmt.Errorf("provision consumer %s: %w", cc.Durable, err)
+		}
+		cons = append(cons, c)
+	}
+	return cons, nil
+}
+
+// Run pulls and executes steps until ctx ends, then stops taking work, waits
+// up to DrainTimeout for in-flight steps and releases the rest.
+func (w *Worker) Run(ctx context.Context) error {
+	cons, err := w.Setup(ctx)
+	if err != nil {
+		return err
+	}
+	w.log.Info().Strs("workflows", w.cfg.Registry.Names()).Int("concurrency", w.cfg.Concurrency).
+		Dur("ack_wait", w.cfg.AckWait).Msg("worker started")
+
+	// Steps run under their own context so that a shutdown lets them finish;
+	// it is cancelled only when the drain times out.
+	stepCtx, cancelSteps := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelSteps()
+
+	var inflight sync.WaitGroup
+	var pullers sync.WaitGroup
+	for _, c := range cons {
+		pullers.Add(1)
+		go func() {
+			defer pullers.Done()
+			w.pull(ctx, stepCtx, c, &inflight)
+		}()
+	}
+	pullers.Wait()
+
+	done := make(chan struct{})
+	go func() { inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.DrainTimeout):
+		w.log.Warn().Msg("drain timeout: cancelling in-flight steps, they will be redelivered")
+		cancelSteps()
+		<-done
+	}
+	w.log.Info().Msg("worker stopped")
+	return nil
+}
+
+// pull fetches as many messages as there are free slots and runs each in
+// its own goroutine. Fetching only what can run now keeps messages from
+// waiting in a client buffer while their ack timers run.
+func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, inflight *sync.WaitGroup) {
+	backoff := 100 * time.Millisecond
+	for {
+		// Block for one slot, then take whatever else is free.
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < cap(w.sem) {
+			select {
+			case w.sem <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		batch, err := c.Fetch(n, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			w.release(n)
+			if ctx.Err() != nil {
+				return
+			}
+			w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("fetch failed")
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			if ctx.Err() != nil {
+				// Shutting down: hand it back at once rather than let its
+				// ack wait run out.
+				_ = msg.Nak()
+				w.release(1)
+				continue
+			}
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer w.release(1)
+				w.handle(stepCtx, msg)
+			}()
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			w.log.Debug().Err(err).Msg("fetch ended")
+		}
+		w.release(n - got)
+	}
+}
+
+func (w *Worker) release(n int) {
+	for range n {
+		<-w.sem
+	}
+}
