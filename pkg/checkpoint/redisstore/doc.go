@@ -1,0 +1,21 @@
+// Package redisstore is the Redis checkpoint.Store, the fleet default.
+//
+// Every key of a run carries the hash tag {runID}, and every write to a run
+// is one Lua script over that run's keys only, so the store works unchanged
+// on Redis Cluster: a commit (checkpoint first-writer-wins plus the run's
+// compare-and-set) is atomic on one slot. The two global keys, the run index
+// and the workflow registry, are written in separate calls; CreateRun
+// repairs the run index and ListRuns skips entries whose run is gone.
+//
+// Run Redis with AOF (appendonly yes): a checkpoint is only as durable as
+// the server's fsync policy.
+//
+//	opts, err := redis.ParseURL(os.Getenv("DURABLE_REDIS_URL"))
+//	if err != nil {
+//		return err
+//	}
+//	client := redis.NewClient(opts)
+//	defer client.Close()
+//	store := redisstore.New(client, redisstore.Options{Prefix: "durable"})
+//	run, err := store.CreateRun(ctx, checkpoint.Run{ID: "claim-0042", Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1})
+package redisstore

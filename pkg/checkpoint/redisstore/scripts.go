@@ -1,0 +1,71 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Each script touches the keys of one run only, all tagged {runID}, so it
+// runs on a single Redis Cluster slot. The global indexes (runs, workflows)
+// are written by separate calls and can be repaired.
+
+// Status codes returned by the write scripts; a non-negative reply is the
+// run's new revision.
+const (
+	codeNotFound         = -1
+	codeCheckpointExists = -2
+	codeConflict         = -3
+)
+
+// createScript creates the run hash only if it is absent. Reply: 1 when
+// created, otherwise {doc, rev} of the existing run.
+var createScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.call('HMGET', KEYS[1], 'doc', 'rev')
+end
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
+return 1
+`)
+
+// updateScript replaces the run document if its revision is still ARGV[1].
+var updateScript = redis.NewScript(`
+local rev = redis.call('HGET', KEYS[1], 'rev')
+if not rev then return -1 end
+if rev ~= ARGV[1] then return -3 end
+redis.call('HSET', KEYS[1], 'doc', ARGV[2])
+return redis.call('HINCRBY', KEYS[1], 'rev', 1)
+`)
+
+// commitScript writes checkpoint ARGV[4] (KEYS[2]) first-writer-wins and
+// the run document in one step, if the run's revision is still ARGV[1].
+// An existing checkpoint is reported before a moved revision: a loser must
+// learn that the step is done, not just that the run changed. last_cp is
+// the highest committed step, so Checkpoints knows how far to read.
+var commitScript = redis.NewScript(`
+local rev = redis.call('HGET', KEYS[1], 'rev')
+if not rev then return -1 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end
+if rev ~= ARGV[1] then return -3 end
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'doc', ARGV[2])
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_cp') or '0')
+if tonumber(ARGV[4]) > last then
+  redis.call('HSET', KEYS[1], 'last_cp', ARGV[4])
+end
+return redis.call('HINCRBY', KEYS[1], 'rev', 1)
+`)
+
+// loadScript reads what a worker needs for step n as one consistent read.
+// KEYS: run, checkpoint n, journal n[, checkpoint n-1]. Reply: nil when the
+// run is missing, else {doc, rev, cp n, {journal field, value...}, cp n-1}.
+var loadScript = redis.NewScript(`
+local run = redis.call('HMGET', KEYS[1], 'doc', 'rev')
+if not run[1] then return false end
+local prev = false
+if #KEYS >= 4 then prev = redis.call('GET', KEYS[4]) end
+return {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), prev}
+`)
+
+// recordScript journals a call first-writer-wins by name and returns the
+// record that is stored.
+var recordScript = redis.NewScript(`
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+return redis.call('HGET', KEYS[1], ARGV[1])
+`)

@@ -1,0 +1,218 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/redis/go-redis/v9"
+)
+
+// Commit writes cp first-writer-wins together with run in one script, if
+// run.Rev is still the stored revision. cp.RunID defaults to run.ID.
+func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
+	if cp.RunID == "" {
+		cp.RunID = run.ID
+	}
+	if err := checkCommit(run, cp); err != nil {
+		return checkpoint.Run{}, err
+	}
+	runDoc, err := marshal(run)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
+	}
+	cpDoc, err := marshal(cp)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
+	}
+	keys := []string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}
+	rev, err := commitScript.Run(ctx, s.rdb, keys,
+		strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step).Int64()
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
+	}
+	if rev < 0 {
+		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d at rev %d: %w", run.ID, cp.Step, run.Rev, scriptCode(rev))
+	}
+	run.Rev = uint64(rev)
+	return run, nil
+}
+
+func checkCommit(run checkpoint.Run, cp checkpoint.Checkpoint) error {
+	if err := readID(run.ID); err != nil {
+		return fmt.Errorf("commit checkpoint: %w", err)
+	}
+	if cp.RunID != run.ID {
+		return fmt.Errorf("commit checkpoint %s:%d: checkpoint belongs to run %q", run.ID, cp.Step, cp.RunID)
+	}
+	if cp.Step < 1 {
+		return fmt.Errorf("commit checkpoint %s:%d: steps count from 1", run.ID, cp.Step)
+	}
+	return nil
+}
+
+// Load reads run id, checkpoints n and n-1 and the journal of step n in
+// one script, so the parts are consistent with each other.
+func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
+	if err := readID(id); err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+	}
+	keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n)}
+	if n > 1 {
+		keys = append(keys, s.cpKey(id, n-1))
+	}
+	res, err := loadScript.Run(ctx, s.rdb, keys).Slice()
+	if errors.Is(err, redis.Nil) {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, checkpoint.ErrNotFound)
+	}
+	if err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+	}
+	snap, err := decodeSnapshot(res)
+	if err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+	}
+	return snap, nil
+}
+
+func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {
+	if len(res) != 5 {
+		return checkpoint.Snapshot{}, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	var snap checkpoint.Snapshot
+	var err error
+	if snap.Run, err = decodeRun(res[0], res[1]); err != nil {
+		return snap, err
+	}
+	if snap.Current, err = decodeOptionalCheckpoint(res[2]); err != nil {
+		return snap, err
+	}
+	if snap.Previous, err = decodeOptionalCheckpoint(res[4]); err != nil {
+		return snap, err
+	}
+	flat, ok := res[3].([]any)
+	if !ok || len(flat)%2 != 0 {
+		return snap, fmt.Errorf("unexpected journal reply %T", res[3])
+	}
+	for i := 1; i < len(flat); i += 2 {
+		doc, _, err := str(flat[i])
+		if err != nil {
+			return snap, err
+		}
+		var rec checkpoint.CallRecord
+		if err := unmarshal(doc, &rec); err != nil {
+			return snap, err
+		}
+		snap.Journal = append(snap.Journal, rec)
+	}
+	sortJournal(snap.Journal)
+	return snap, nil
+}
+
+// sortJournal puts records in the order they were recorded; a hash has none.
+func sortJournal(recs []checkpoint.CallRecord) {
+	sort.Slice(recs, func(i, j int) bool {
+		if !recs[i].At.Equal(recs[j].At) {
+			return recs[i].At.Before(recs[j].At)
+		}
+		return recs[i].Name < recs[j].Name
+	})
+}
+
+func decodeOptionalCheckpoint(v any) (*checkpoint.Checkpoint, error) {
+	doc, ok, err := str(v)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var cp checkpoint.Checkpoint
+	if err := unmarshal(doc, &cp); err != nil {
+		return nil, err
+	}
+	return &cp, nil
+}
+
+// Checkpoint returns checkpoint n of run id, or ErrNotFound.
+func (s *Store) Checkpoint(ctx context.Context, id string, n int) (checkpoint.Checkpoint, error) {
+	if err := readID(id); err != nil {
+		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
+	}
+	doc, err := s.rdb.Get(ctx, s.cpKey(id, n)).Result()
+	if errors.Is(err, redis.Nil) {
+		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, checkpoint.ErrNotFound)
+	}
+	if err != nil {
+		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
+	}
+	var cp checkpoint.Checkpoint
+	if err := unmarshal(doc, &cp); err != nil {
+		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
+	}
+	return cp, nil
+}
+
+// Checkpoints returns all checkpoints of run id in step order: one read of
+// the highest committed step, one MGET of every step up to it (all keys
+// share the run's slot). Steps missing below it are skipped.
+func (s *Store) Checkpoints(ctx context.Context, id string) ([]checkpoint.Checkpoint, error) {
+	if err := readID(id); err != nil {
+		return nil, fmt.Errorf("list checkpoints: %w", err)
+	}
+	vals, err := s.rdb.HMGet(ctx, s.runKey(id), "rev", "last_cp").Result()
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
+	}
+	if vals[0] == nil {
+		return nil, fmt.Errorf("list checkpoints %s: %w", id, checkpoint.ErrNotFound)
+	}
+	lastStr, _, err := str(vals[1])
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
+	}
+	last, _ := strconv.Atoi(lastStr) // absent means none committed
+	if last < 1 {
+		return nil, nil
+	}
+	keys := make([]string, last)
+	for i := range keys {
+		keys[i] = s.cpKey(id, i+1)
+	}
+	docs, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
+	}
+	out := make([]checkpoint.Checkpoint, 0, len(docs))
+	for i, doc := range docs {
+		cp, err := decodeOptionalCheckpoint(doc)
+		if err != nil {
+			return nil, fmt.Errorf("list checkpoints %s: step %d: %w", id, i+1, err)
+		}
+		if cp != nil {
+			out = append(out, *cp)
+		}
+	}
+	return out, nil
+}
+
+// RecordCall journals rec in step n first-writer-wins by rec.Name and
+// returns the stored record.
+func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	if err := readID(id); err != nil {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %q: %w", rec.Name, err)
+	}
+	doc, err := marshal(rec)
+	if err != nil {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+	}
+	stored, err := recordScript.Run(ctx, s.rdb, []string{s.journalKey(id, n)}, rec.Name, doc).Text()
+	if err != nil {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+	}
+	var out checkpoint.CallRecord
+	if err := unmarshal(stored, &out); err != nil {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+	}
+	return out, nil
+}

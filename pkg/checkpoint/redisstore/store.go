@@ -1,0 +1,123 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key. Default "durable". It must not contain '{' or
+	// '}', which would change the Redis Cluster hash tag of run keys.
+	Prefix string
+}
+
+// Store is a checkpoint.Store on Redis (standalone, Sentinel or Cluster).
+//
+// Keys, with R the run id:
+//
+//	<prefix>:{R}:run      hash: doc (run JSON), rev (revision), last_cp (highest committed step)
+//	<prefix>:{R}:cp:<n>   string: checkpoint n JSON, written once, never expired
+//	<prefix>:{R}:j:<n>    hash: call name -> call record JSON, journal of step n
+//	<prefix>:runs         zset: run id scored by creation time (unix ms)
+//	<prefix>:workflows    hash: "name@version" -> workflow JSON
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+var _ checkpoint.Store = (*Store)(nil)
+
+// New returns a Store using client. It panics on an invalid Prefix, which
+// is a programming error.
+func New(client redis.UniversalClient, opts Options) *Store {
+	if opts.Prefix == "" {
+		opts.Prefix = "durable"
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		panic(fmt.Sprintf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix))
+	}
+	return &Store{rdb: client, prefix: opts.Prefix}
+}
+
+// validID is the run id alphabet shared with the KV store and NATS subject
+// tokens: no '.', '*', '>', spaces, and no braces that would break the tag.
+var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+func checkID(id string) error {
+	if !validID.MatchString(id) {
+		return fmt.Errorf("invalid run id %q: use 1-128 letters, digits, '-' or '_'", id)
+	}
+	return nil
+}
+
+// readID rejects ids no run can have as not found, so `runs show bad.id`
+// reports a missing run rather than a store failure.
+func readID(id string) error {
+	if err := checkID(id); err != nil {
+		return fmt.Errorf("%w: %w", checkpoint.ErrNotFound, err)
+	}
+	return nil
+}
+
+func (s *Store) tag(id string) string          { return s.prefix + ":{" + id + "}:" }
+func (s *Store) runKey(id string) string       { return s.tag(id) + "run" }
+func (s *Store) cpKey(id string, n int) string { return s.tag(id) + "cp:" + strconv.Itoa(n) }
+func (s *Store) journalKey(id string, n int) string {
+	return s.tag(id) + "j:" + strconv.Itoa(n)
+}
+func (s *Store) runsKey() string      { return s.prefix + ":runs" }
+func (s *Store) workflowsKey() string { return s.prefix + ":workflows" }
+
+// scriptCode maps a write script's negative reply to a sentinel.
+func scriptCode(code int64) error {
+	switch code {
+	case codeNotFound:
+		return checkpoint.ErrNotFound
+	case codeCheckpointExists:
+		return checkpoint.ErrCheckpointExists
+	case codeConflict:
+		return checkpoint.ErrConflict
+	}
+	return fmt.Errorf("unexpected script reply %d", code)
+}
+
+// str reads a bulk string out of a script or HMGET reply; ok is false for nil.
+func str(v any) (string, bool, error) {
+	switch v := v.(type) {
+	case nil:
+		return "", false, nil
+	case string:
+		return v, true, nil
+	}
+	return "", false, fmt.Errorf("unexpected reply type %T", v)
+}
+
+// decodeRun builds a run from its hash fields doc and rev.
+func decodeRun(doc, rev any) (checkpoint.Run, error) {
+	d, ok, err := str(doc)
+	if err != nil {
+		return checkpoint.Run{}, err
+	}
+	if !ok {
+		return checkpoint.Run{}, checkpoint.ErrNotFound
+	}
+	r, ok, err := str(rev)
+	if err != nil || !ok {
+		return checkpoint.Run{}, errors.Join(errors.New("run hash has no rev"), err)
+	}
+	var run checkpoint.Run
+	if err := unmarshal(d, &run); err != nil {
+		return checkpoint.Run{}, err
+	}
+	if run.Rev, err = strconv.ParseUint(r, 10, 64); err != nil {
+		return checkpoint.Run{}, fmt.Errorf("run rev %q: %w", r, err)
+	}
+	return run, nil
+}
