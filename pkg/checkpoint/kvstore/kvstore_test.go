@@ -1,0 +1,178 @@
+package kvstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
+	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func connect(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs an embedded nats-server")
+	}
+	_, js := testenv.StartNATS(t).Connect(t)
+	return js
+}
+
+var buckets atomic.Int64
+
+// uniqueBucket isolates one store on a shared server.
+func uniqueBucket() string { return fmt.Sprintf("t%d", buckets.Add(1)) }
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newStore(t *testing.T, js jetstream.JetStream) (*kvstore.Store, string) {
+	t.Helper()
+	bucket := uniqueBucket()
+	s, err := kvstore.New(testCtx(t), js, kvstore.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatalf("kvstore.New: %v", err)
+	}
+	return s, bucket
+}
+
+func TestConformance(t *testing.T) {
+	js := connect(t)
+	checkpointtest.Run(t, func(t *testing.T) checkpoint.Store {
+		s, _ := newStore(t, js)
+		return s
+	})
+}
+
+// A refused commit leaves no trace: neither the checkpoint key nor a new
+// revision of the run.
+func TestCommitIsAtomic(t *testing.T) {
+	js := connect(t)
+	ctx := testCtx(t)
+	s, bucket := newStore(t, js)
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "atomic-1", Workflow: "w", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := run
+	moved.Resumes = 1
+	if moved, err = s.UpdateRun(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	before, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := before.CachedInfo().State.LastSeq
+
+	stale := run
+	stale.Step = 2
+	_, err = s.Commit(ctx, stale, checkpoint.Checkpoint{Step: 1, State: []byte(`{"lost":true}`)})
+	if !errors.Is(err, checkpoint.ErrConflict) {
+		t.Fatalf("Commit with a stale rev: %v, want ErrConflict", err)
+	}
+	if _, err := kv.Get(ctx, "cp.atomic-1.1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("checkpoint key after a refused commit: %v, want ErrKeyNotFound", err)
+	}
+	info, err := before.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq != lastSeq {
+		t.Fatalf("stream moved from seq %d to %d on a refused commit", lastSeq, info.State.LastSeq)
+	}
+
+	// The accepted commit stores both messages back to back; the run's new
+	// revision is the batch's last sequence.
+	next := moved
+	next.Step = 2
+	got, err := s.Commit(ctx, next, checkpoint.Checkpoint{Step: 1, State: []byte(`{"ok":true}`)})
+	if err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	cpEntry, err := kv.Get(ctx, "cp.atomic-1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runEntry, err := kv.Get(ctx, "run.atomic-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Rev != runEntry.Revision() || cpEntry.Revision() != got.Rev-1 || got.Rev != lastSeq+2 {
+		t.Fatalf("revisions: commit returned %d, run key at %d, checkpoint key at %d, stream was at %d",
+			got.Rev, runEntry.Revision(), cpEntry.Revision(), lastSeq)
+	}
+}
+
+// New binds an existing bucket (another worker created it) and keeps
+// atomic publish on; a plain KV bind must not turn it off.
+func TestNewIsIdempotent(t *testing.T) {
+	js := connect(t)
+	ctx := testCtx(t)
+	bucket := uniqueBucket()
+	for range 3 {
+		if _, err := kvstore.New(ctx, js, kvstore.Options{Bucket: bucket}); err != nil {
+			t.Fatalf("New: %v", err)
+		}
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	if !cfg.AllowAtomicPublish || cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 {
+		t.Fatalf("stream config: atomic %v storage %v replicas %d", cfg.AllowAtomicPublish, cfg.Storage, cfg.Replicas)
+	}
+
+	// A bucket created by someone else without the flag gets it.
+	other := uniqueBucket()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: other}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := kvstore.New(ctx, js, kvstore.Options{Bucket: other})
+	if err != nil {
+		t.Fatalf("New on an existing bucket: %v", err)
+	}
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "r", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, run, checkpoint.Checkpoint{Step: 1}); err != nil {
+		t.Fatalf("Commit on an adopted bucket: %v", err)
+	}
+}
+
+func TestInvalidNames(t *testing.T) {
+	js := connect(t)
+	ctx := testCtx(t)
+	s, _ := newStore(t, js)
+	for _, id := range []string{"", "a.b", "a*", "a>", "a b"} {
+		if _, err := s.CreateRun(ctx, checkpoint.Run{ID: id}); err == nil {
+			t.Errorf("CreateRun(%q) succeeded", id)
+		}
+		if _, err := s.GetRun(ctx, id); !errors.Is(err, checkpoint.ErrNotFound) {
+			t.Errorf("GetRun(%q): %v, want ErrNotFound", id, err)
+		}
+	}
+	if err := s.RegisterWorkflow(ctx, checkpoint.WorkflowInfo{Name: "a.b"}); err == nil {
+		t.Error("RegisterWorkflow(a.b) succeeded")
+	}
+}
