@@ -236,6 +236,8 @@ func testCommitConcurrent(t *testing.T, s checkpoint.Store) {
 // A cancel and a commit read the same revision; exactly one may land, and
 // the store never ends with a checkpoint whose run did not advance.
 func testCommitRacesCancel(t *testing.T, s checkpoint.Store) {
+	var commits, cancels int
+	defer func() { t.Logf("commit won %d times, cancel won %d times", commits, cancels) }()
 	for i := range 50 {
 		id := fmt.Sprintf("cancel-race-%d", i)
 		r := mustCreate(t, s, newRun(id))
@@ -269,12 +271,14 @@ func testCommitRacesCancel(t *testing.T, s checkpoint.Store) {
 			if cpErr != nil || stored.Status != checkpoint.StatusRunning || stored.Step != 2 {
 				t.Fatalf("%s: commit won but run is %s at step %d, checkpoint err %v", id, stored.Status, stored.Step, cpErr)
 			}
+			commits++
 		case cancelErr == nil:
 			wantErr(t, id+": commit after cancel", commitErr, checkpoint.ErrConflict)
 			wantErr(t, id+": checkpoint after cancel won", cpErr, checkpoint.ErrNotFound)
 			if stored.Status != checkpoint.StatusCancelled || stored.Step != 1 {
 				t.Fatalf("%s: cancel won but run is %s at step %d", id, stored.Status, stored.Step)
 			}
+			cancels++
 		default:
 			t.Fatalf("%s: neither landed: commit %v, cancel %v", id, commitErr, cancelErr)
 		}

@@ -13,8 +13,9 @@ import (
 // RegisterWorkflow records info under "name@version", replacing an earlier
 // registration of the same version. UpdatedAt defaults to now.
 func (s *Store) RegisterWorkflow(ctx context.Context, info checkpoint.WorkflowInfo) error {
-	if info.Name == "" {
-		return fmt.Errorf("register workflow: empty name")
+	// Same alphabet as run ids: workflow names are NATS subject tokens too.
+	if !validID.MatchString(info.Name) {
+		return fmt.Errorf("register workflow %q: name must be 1-128 letters, digits, '-' or '_'", info.Name)
 	}
 	if info.UpdatedAt.IsZero() {
 		info.UpdatedAt = time.Now().UTC()
