@@ -1,0 +1,268 @@
+package steps_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// Order is the state of the example workflow: whatever a step returns is
+// checkpointed as JSON and handed to the next step.
+type Order struct {
+	Items   int  `json:"items"`
+	Total   int  `json:"total"`
+	Shipped bool `json:"shipped"`
+}
+
+// Claim is the state of the approval examples.
+type Claim struct {
+	Amount     int    `json:"amount"`
+	ApprovedBy string `json:"approved_by,omitempty"`
+}
+
+func ExampleNew() {
+	wf := steps.New[Order]("orders", 1).
+		Step("price", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+			o.Total = o.Items * 25
+			return steps.Next("pay", o), nil
+		}).
+		Step("pay", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+			if o.Total > 500 {
+				return steps.Fail(o, "over the card limit"), nil
+			}
+			return steps.Next("ship", o), nil
+		}).
+		Step("ship", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+			o.Shipped = true
+			return steps.Complete(o), nil
+		})
+	if err := wf.Validate(); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	// What a worker does, one step message at a time: run the step on the
+	// state checkpointed by the step before (the run input for the first)
+	// and persist the Result before the next step starts.
+	step, state := wf.FirstStep(), json.RawMessage(`{"items":3}`)
+	for n := 1; ; n++ {
+		s := steps.NewContext(steps.ContextConfig{RunID: "order-7", Workflow: wf.Name(), Version: wf.Version(), Step: n, StepName: step, Attempt: 1})
+		res, err := wf.Execute(context.Background(), s, step, state, n == 1)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		to := res.Kind.String()
+		if res.Kind == steps.KindNext {
+			to += " " + res.Next
+		}
+		fmt.Printf("step %d %s: %s %s\n", n, step, to, res.State)
+		if res.Kind != steps.KindNext {
+			break
+		}
+		step, state = res.Next, res.State
+	}
+	// Output:
+	// step 1 price: next pay {"items":3,"total":75,"shipped":false}
+	// step 2 pay: next ship {"items":3,"total":75,"shipped":false}
+	// step 3 ship: complete {"items":3,"total":75,"shipped":true}
+}
+
+func ExampleCall() {
+	modelCalls := 0
+	// The body of a step: one model call, journaled under the name "assess".
+	assess := func(ctx context.Context, s *steps.Context) (string, error) {
+		args := map[string]string{"claim": s.RunID(), "photo": "bumper.jpg"}
+		return steps.Call(ctx, s, "assess", args, func(ctx context.Context) (string, error) {
+			modelCalls++ // stands in for a model: not deterministic, not free
+			return "rear bumper, repairable", nil
+		})
+	}
+
+	ctx := context.Background()
+	first := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 3, Attempt: 1})
+	a, _ := assess(ctx, first)
+
+	// The worker died before checkpointing step 3. The redelivery gets the
+	// journal of the step (a worker loads it from the store its Recorder
+	// wrote to; here the first attempt's calls are handed over directly).
+	retry := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 3, Attempt: 2, Journal: first.Calls()})
+	b, _ := assess(ctx, retry)
+
+	fmt.Println(a)
+	fmt.Println(b)
+	fmt.Println("model called", modelCalls, "time")
+	fmt.Println("replayed on attempt 2:", retry.Calls()[0].Replayed)
+
+	// A retry that asks something else under the same name is a bug in the
+	// workflow, not something to paper over with a second call.
+	changed := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 3, Attempt: 3, Journal: first.Calls()})
+	_, err := steps.Call(ctx, changed, "assess", "another photo", func(context.Context) (string, error) { return "", nil })
+	fmt.Println(errors.Is(err, steps.ErrJournalMismatch))
+	// Output:
+	// rear bumper, repairable
+	// rear bumper, repairable
+	// model called 1 time
+	// replayed on attempt 2: true
+	// true
+}
+
+func ExampleWait() {
+	wf := steps.New[Claim]("claim", 1).
+		Step("approve", func(_ context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+			req := steps.ApprovalRequest{
+				Payload:    map[string]any{"claim": s.RunID(), "amount": c.Amount},
+				Group:      "adjusters",
+				TTL:        72 * time.Hour,
+				OnExpiry:   steps.ExpireEscalate,
+				EscalateTo: "supervisors",
+			}
+			if d, err := s.Approval(req); err != nil || d == nil {
+				// No decision yet: park. The worker acks and forgets the run.
+				return steps.Wait(c, req), err
+			}
+			return steps.Complete(c), nil
+		})
+
+	s := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 5, Attempt: 1})
+	res, err := wf.Execute(context.Background(), s, "approve", json.RawMessage(`{"amount":1840}`), false)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Kind, res.Wait.Group, res.Wait.TTL, res.Wait.OnExpiry, res.Wait.EscalateTo)
+	// Output:
+	// wait adjusters 72h0m0s escalate supervisors
+}
+
+func ExampleContext_Approval() {
+	wf := steps.New[Claim]("claim", 1).
+		Step("approve", func(_ context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+			// Re-read the facts on every run of the step: a decision
+			// applies only to the payload it was taken on.
+			req := steps.ApprovalRequest{Payload: map[string]any{"claim": s.RunID(), "amount": c.Amount}, Group: "adjusters"}
+			d, err := s.Approval(req)
+			if err != nil {
+				return steps.Outcome[Claim]{}, err
+			}
+			if d == nil {
+				return steps.Wait(c, req), nil
+			}
+			if d.Decision != checkpoint.DecisionApproved {
+				return steps.Fail(c, "rejected by "+d.By), nil
+			}
+			c.ApprovedBy = d.By
+			return steps.Next("pay", c), nil
+		}).
+		Step("pay", func(_ context.Context, _ *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+			return steps.Complete(c), nil
+		})
+
+	// Each delivery of step 5 gets the decisions recorded for it so far.
+	run := func(state string, attempt int, approvals ...checkpoint.Approval) steps.Result {
+		s := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 5, StepName: "approve", Attempt: attempt, Approvals: approvals})
+		res, err := wf.Execute(context.Background(), s, "approve", json.RawMessage(state), false)
+		if err != nil {
+			panic(err)
+		}
+		return res
+	}
+
+	res := run(`{"amount":1840}`, 1)
+	fmt.Println("nobody decided:", res.Kind)
+
+	// The approver shows the parked payload and records the hash of what
+	// the adjuster saw with the decision.
+	sum, _ := steps.PayloadSHA256(res.Wait.Payload)
+	ana := checkpoint.Approval{Step: 5, By: "ana", Decision: checkpoint.DecisionApproved, Channel: "inbox", PayloadSHA256: sum}
+
+	res = run(`{"amount":1840}`, 2, ana)
+	fmt.Println("approved:", res.Kind, res.Next, string(res.State))
+
+	// Had the amount changed while the run was parked, ana's decision would
+	// not apply to it: the step asks again with the new payload.
+	res = run(`{"amount":1900}`, 2, ana)
+	fmt.Println("facts changed:", res.Kind)
+	// Output:
+	// nobody decided: wait
+	// approved: next pay {"amount":1840,"approved_by":"ana"}
+	// facts changed: wait
+}
+
+func ExampleRegistry() {
+	done := func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+		return steps.Complete(o), nil
+	}
+	// A worker's main registers every version that may still have runs:
+	// a run started on version 1 is only ever executed by version 1.
+	reg := steps.NewRegistry().MustRegister(
+		steps.New[Order]("orders", 1).Step("ship", done),
+		steps.New[Order]("orders", 2).Step("price", done).Step("ship", done),
+		steps.New[Order]("refunds", 1).Step("refund", done),
+	)
+
+	err := reg.Register(steps.New[Order]("orders", 2).Step("ship", done))
+	fmt.Println(err)
+
+	latest, _ := reg.Latest("orders") // what a new run starts on
+	fmt.Println("latest:", latest.Name(), latest.Version(), latest.StepNames())
+	old, ok := reg.Lookup("orders", 1) // what an old run resumes on
+	fmt.Println("lookup:", old.Name(), old.Version(), ok)
+	_, ok = reg.Lookup("orders", 3)
+	fmt.Println("lookup v3:", ok)
+	fmt.Println("names:", reg.Names())
+	for _, d := range reg.All() {
+		fmt.Printf("%s v%d starts at %s\n", d.Name(), d.Version(), d.FirstStep())
+	}
+	// Output:
+	// workflow orders v2 registered twice
+	// latest: orders 2 [price ship]
+	// lookup: orders 1 true
+	// lookup v3: false
+	// names: [orders refunds]
+	// orders v1 starts at ship
+	// orders v2 starts at price
+	// refunds v1 starts at refund
+}
+
+func ExampleRetryPolicy_Delay() {
+	p := steps.RetryPolicy{Attempts: 6, Backoff: 500 * time.Millisecond, MaxBackoff: 3 * time.Second}
+	for attempt := 1; attempt < p.Attempts; attempt++ {
+		fmt.Printf("after attempt %d wait %v\n", attempt, p.Delay(attempt))
+	}
+	// Output:
+	// after attempt 1 wait 500ms
+	// after attempt 2 wait 1s
+	// after attempt 3 wait 2s
+	// after attempt 4 wait 3s
+	// after attempt 5 wait 3s
+}
+
+func ExamplePermanent() {
+	errDeclined := errors.New("card declined")
+	// A step returns a plain error for what may pass (retried by its
+	// policy) and Permanent for what will not (dead-lettered at once).
+	err := fmt.Errorf("pay claim-0042: %w", steps.Permanent(errDeclined))
+	fmt.Println(steps.IsPermanent(err), errors.Is(err, errDeclined))
+	fmt.Println(steps.IsPermanent(errors.New("timeout")))
+	// Output:
+	// true true
+	// false
+}
+
+func ExampleContext_IdempotencyKey() {
+	for attempt := 1; attempt <= 2; attempt++ {
+		s := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 6, Attempt: attempt})
+		// The key names the logical step, so a provider that honours it
+		// pays once however often the step is delivered.
+		fmt.Println(attempt, s.IdempotencyKey(), s.Key("fee"))
+	}
+	// Output:
+	// 1 claim-0042:step6 claim-0042:step6:fee
+	// 2 claim-0042:step6 claim-0042:step6:fee
+}
