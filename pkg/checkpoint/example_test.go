@@ -1,0 +1,31 @@
+package checkpoint_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+func ExampleBudget_Check() {
+	b := checkpoint.Budget{Warn: 1 << 10, Max: 4 << 10}
+
+	warn, err := b.Check("claim-0042", 3, 2<<10)
+	fmt.Println(warn, err)
+
+	_, err = b.Check("claim-0042", 3, 8<<10)
+	var tooLarge *checkpoint.TooLargeError
+	fmt.Println(errors.As(err, &tooLarge), tooLarge.Size)
+	// Output:
+	// true <nil>
+	// true 8192
+}
+
+func ExampleStatus_Terminal() {
+	for _, s := range []checkpoint.Status{checkpoint.StatusWaiting, checkpoint.StatusDead} {
+		fmt.Println(s, s.Terminal())
+	}
+	// Output:
+	// waiting false
+	// dead true
+}
