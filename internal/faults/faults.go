@@ -83,6 +83,8 @@ func (in *Injector) At(run string, step, delivery int, point string) {
 		return
 	}
 	if point == Hang {
+		// Tests find the hung process by this line.
+		fmt.Fprintf(os.Stderr, "durable-fault: hang run=%s step=%d pid=%d\n", run, step, os.Getpid())
 		if in.OnHang != nil {
 			in.OnHang()
 			return

@@ -44,8 +44,9 @@ type ContextConfig struct {
 	AfterCall func(name string)
 }
 
-// Context is what a step knows about where it runs. It is not safe for
-// concurrent Calls with the same name; distinct names may run concurrently.
+// Context is what a step knows about where it runs. Calls with distinct
+// names may run concurrently; a second Call of a name in one attempt fails
+// with ErrDuplicateCall.
 type Context struct {
 	cfg ContextConfig
 
@@ -235,7 +236,26 @@ func Call[T any](ctx context.Context, s *Context, name string, args any, fn func
 	s.mu.Lock()
 	s.calls = append(s.calls, rec)
 	s.mu.Unlock()
-	return v, nil
+	// Return the decoded record, not v: a retry gets the value back from
+	// JSON, and the first run must see exactly what a retry will see.
+	var out T
+	if err := json.Unmarshal(result, &out); err != nil {
+		return zero, fmt.Errorf("call %s: decode result: %w", name, err)
+	}
+	return out, nil
+}
+
+// Replayed reports whether the call name was answered from the journal in
+// this attempt (its function was not called again).
+func (s *Context) Replayed(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.calls {
+		if c.Name == name {
+			return c.Replayed
+		}
+	}
+	return false
 }
 
 // replayCall returns a recorded result in place of calling again.

@@ -134,6 +134,9 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	p = p.withDefaults()
 	d := p.Backoff
 	for i := 1; i < attempt && d < p.MaxBackoff; i++ {
+		if d > p.MaxBackoff/2 {
+			return p.MaxBackoff
+		}
 		d *= 2
 	}
 	return min(d, p.MaxBackoff)
@@ -147,10 +150,42 @@ func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err so the step is not retried.
-func Permanent(err error) error { return &PermanentError{Err: err} }
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
 
 // IsPermanent reports whether err was wrapped by Permanent.
 func IsPermanent(err error) bool {
 	var p *PermanentError
 	return errors.As(err, &p)
+}
+
+// validate catches request mistakes when the run parks, not days later
+// when the wait expires.
+func (r *ApprovalRequest) validate() error {
+	switch {
+	case r.Group == "":
+		return errors.New("approval request without a group")
+	case r.TTL < 0:
+		return fmt.Errorf("approval request TTL %s is negative", r.TTL)
+	case r.Reminders < 0:
+		return fmt.Errorf("approval request with %d reminders", r.Reminders)
+	}
+	switch r.OnExpiry {
+	case "", ExpireReject:
+	case ExpireEscalate:
+		if r.EscalateTo == "" {
+			return errors.New("approval request escalates on expiry but names no EscalateTo group")
+		}
+	case ExpireRemind:
+		if r.Reminders == 0 {
+			return errors.New("approval request reminds on expiry but sets no Reminders")
+		}
+	default:
+		return fmt.Errorf("approval request OnExpiry %q: use reject, escalate or remind", r.OnExpiry)
+	}
+	return nil
 }

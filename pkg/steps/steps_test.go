@@ -129,7 +129,6 @@ func TestRetryPolicyDelay(t *testing.T) {
 }
 
 func TestRetryPolicyDelayUncapped(t *testing.T) {
-	t.Skip("BUG: Delay overflows when MaxBackoff is near math.MaxInt64 (\"no cap\"): the doubling wraps to a negative or zero duration instead of saturating at MaxBackoff")
 	p := steps.RetryPolicy{Backoff: time.Second, MaxBackoff: math.MaxInt64}
 	for attempt := 1; attempt <= 100; attempt++ {
 		if d := p.Delay(attempt); d < time.Second {
@@ -197,7 +196,6 @@ func TestPermanent(t *testing.T) {
 }
 
 func TestPermanentNil(t *testing.T) {
-	t.Skip("BUG: Permanent(nil) returns a non-nil error whose Error() panics (nil pointer in PermanentError.Error); it should return nil, as `return steps.Permanent(err)` after a call that may succeed is a natural thing to write")
 	err := steps.Permanent(nil)
 	if err != nil {
 		t.Fatalf("Permanent(nil) = non-nil %T, want nil", err)
@@ -495,7 +493,6 @@ func TestExecutePermanentErrors(t *testing.T) {
 }
 
 func TestExecuteInitErrorKeepsChain(t *testing.T) {
-	t.Skip("BUG: Execute formats the Init or decode error as text (fmt verb v, not w), so errors.Is/As cannot find the cause (an Init sentinel, *json.SyntaxError); STYLE.md asks to wrap, and fmt.Errorf accepts two w verbs")
 	errInit := errors.New("bad input")
 	w := steps.New[order]("orders", 1).Step("a", noop).Init(func(json.RawMessage) (order, error) { return order{}, errInit })
 	_, err := w.Execute(context.Background(), testContext(), "a", json.RawMessage(`{}`), true)
@@ -510,7 +507,6 @@ func TestExecuteInitErrorKeepsChain(t *testing.T) {
 }
 
 func TestExecuteWaitValidatesExpiryPolicy(t *testing.T) {
-	t.Skip("BUG: Execute checks only Group on an ApprovalRequest: OnExpiry typos (\"rejct\") and ExpireEscalate without EscalateTo are accepted and only surface when the wait expires, days later; so do negative Reminders")
 	for _, req := range []steps.ApprovalRequest{
 		{Payload: "p", Group: "g", OnExpiry: "rejct"},
 		{Payload: "p", Group: "g", OnExpiry: steps.ExpireEscalate},

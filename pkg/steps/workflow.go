@@ -141,7 +141,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		err = json.Unmarshal(state, &st)
 	}
 	if err != nil {
-		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: %w: %v", w.name, name, ErrBadState, err))
+		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: %w: %w", w.name, name, ErrBadState, err))
 	}
 	out, err := d.fn(ctx, s, st)
 	if err != nil {
@@ -155,8 +155,10 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: next %w %q", w.name, name, ErrUnknownStep, out.next))
 		}
 	}
-	if out.kind == KindWait && out.wait.Group == "" {
-		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: approval request without a group", w.name, name))
+	if out.kind == KindWait {
+		if err := out.wait.validate(); err != nil {
+			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: %w", w.name, name, err))
+		}
 	}
 	enc, err := json.Marshal(out.state)
 	if err != nil {
