@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -38,10 +39,10 @@ type Options struct {
 // A commit is one JetStream atomic batch: checkpoint create and run
 // compare-and-set land together or not at all.
 type Store struct {
-	js      jetstream.JetStream
-	kv      jetstream.KeyValue
-	bucket  string
-	timeout time.Duration
+	js        jetstream.JetStream
+	kv        jetstream.KeyValue
+	putPrefix string
+	timeout   time.Duration
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -68,7 +69,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err := enableAtomicPublish(ctx, js, "KV_"+opts.Bucket); err != nil {
 		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
 	}
-	return &Store{js: js, kv: kv, bucket: opts.Bucket, timeout: opts.Timeout}, nil
+	return &Store{js: js, kv: kv, putPrefix: putPrefix(js, opts.Bucket), timeout: opts.Timeout}, nil
 }
 
 func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
@@ -136,8 +137,22 @@ func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }
 
-// subject is where a KV put of key is published.
-func (s *Store) subject(key string) string { return "$KV." + s.bucket + "." + key }
+// subject is where a KV put of key is published. Like the KV client, it
+// goes through the JetStream API prefix when one is set (a domain or an
+// imported account's prefix).
+func (s *Store) subject(key string) string { return s.putPrefix + key }
+
+func putPrefix(js jetstream.JetStream, bucket string) string {
+	o := js.Options()
+	var api string
+	switch {
+	case o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix:
+		api = strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		api = "$JS." + o.Domain + ".API."
+	}
+	return api + "$KV." + bucket + "."
+}
 
 // conn is the core NATS connection, for the atomic batch publish the KV
 // API does not expose.
