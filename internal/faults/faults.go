@@ -91,6 +91,7 @@ func (in *Injector) At(run string, step, delivery int, point string) {
 		}
 		select {}
 	}
+	fmt.Fprintf(os.Stderr, "durable-fault: crash run=%s step=%d point=%s pid=%d\n", run, step, point, os.Getpid())
 	if in.Kill != nil {
 		in.Kill()
 		return

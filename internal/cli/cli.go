@@ -1,0 +1,96 @@
+// Package cli implements the durable command line: the operator contract of
+// DESIGN.md (dev, demo, start, runs, approve) and the worker command.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	exitMissing = 3 // the run (or another named thing) does not exist
+)
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+const usage = `durable: durable execution for AI-agent runs
+
+Usage:
+  durable demo                        the claims scenario end to end (embedded, crashes injected)
+  durable dev [--data DIR] [--nats-port 4222] [--http 127.0.0.1:8080] [--workers N] [--redis URL]
+  durable start WORKFLOW --id RUN [--input JSON]
+  durable runs list [--status S] [--workflow W] [--json]
+  durable runs show RUN [--json]
+  durable runs cancel RUN
+  durable approve RUN --by WHO [--reject] [--reason TEXT]
+  durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
+
+Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
+nats://127.0.0.1:4222), --redis URL (DURABLE_REDIS_URL; empty uses the
+JetStream KV store on the same NATS).
+`
+
+// Main runs the durable command and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "demo":
+		err = cmdDemo(ctx, rest, stdout, stderr)
+	case "dev":
+		err = cmdDev(ctx, rest, stdout, stderr)
+	case "start":
+		err = cmdStart(ctx, rest, stdout, stderr)
+	case "runs":
+		err = cmdRuns(ctx, rest, stdout, stderr)
+	case "approve":
+		err = cmdApprove(ctx, rest, stdout, stderr)
+	case "worker":
+		err = RunWorker(ctx, rest, stderr, ReferenceWorkflows)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "durable: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	return exitCode(err, stderr)
+}
+
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "durable: %v\n", err)
+	var u usageError
+	switch {
+	case errors.As(err, &u):
+		return exitUsage
+	case errors.Is(err, errNotFound):
+		return exitMissing
+	}
+	return exitFailed
+}

@@ -1,0 +1,254 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+var errNotFound = checkpoint.ErrNotFound
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func openClient(ctx context.Context, c *conn, stderr io.Writer) (*client.Client, *session, error) {
+	s, err := c.open(ctx, "durable-cli", zerolog.New(stderr).Level(zerolog.WarnLevel))
+	if err != nil {
+		return nil, nil, err
+	}
+	return client.New(s.js, s.store), s, nil
+}
+
+func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable start", stderr)
+	var c conn
+	c.register(fs)
+	id := fs.String("id", "", "run id: letters, digits, '-' and '_' (required)")
+	input := fs.String("input", "", "run input, a JSON object")
+	by := fs.String("by", "", "who starts the run (recorded)")
+	asJSON := fs.Bool("json", false, "print the run as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("start: want exactly one WORKFLOW, e.g. `durable start claim --id claim-0042`")
+	}
+	if *id == "" {
+		return usagef("start: --id RUN is required")
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	run, created, err := cl.Start(ctx, client.StartRequest{Workflow: pos[0], RunID: *id, Input: json.RawMessage(*input), By: *by})
+	if err != nil {
+		if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrBadRunID) || errors.Is(err, client.ErrUnknownWorkflow) {
+			return usageError{err.Error()}
+		}
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, client.Summarize([]checkpoint.Run{run})[0])
+	}
+	if created {
+		fmt.Fprintf(stdout, "started %s (workflow %s v%d) at step 1 %s\n", run.ID, run.Workflow, run.Version, run.StepName)
+	} else {
+		fmt.Fprintf(stdout, "run %s already exists (workflow %s, status %s, step %d); not restarted\n", run.ID, run.Workflow, run.Status, run.Step)
+	}
+	return nil
+}
+
+func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("runs: want list, show RUN or cancel RUN")
+	}
+	switch args[0] {
+	case "list":
+		return cmdRunsList(ctx, args[1:], stdout, stderr)
+	case "show":
+		return cmdRunsShow(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return cmdRunsCancel(ctx, args[1:], stdout, stderr)
+	}
+	return usagef("runs: unknown subcommand %q (list, show, cancel)", args[0])
+}
+
+func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable runs list", stderr)
+	var c conn
+	c.register(fs)
+	status := fs.String("status", "", "only runs in this status (running, waiting, completed, failed, cancelled, dead)")
+	workflow := fs.String("workflow", "", "only runs of this workflow")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("runs list: unexpected argument %q", pos[0])
+	}
+	if *status != "" && !checkpoint.Status(*status).Valid() {
+		return usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	runs, err := cl.Store().ListRuns(ctx, checkpoint.Filter{Status: checkpoint.Status(*status), Workflow: *workflow})
+	if err != nil {
+		return err
+	}
+	sums := client.Summarize(runs)
+	if *asJSON {
+		return writeJSON(stdout, sums)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tWORKFLOW\tSTATUS\tSTEP\tUPDATED")
+	for _, r := range sums {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\n", r.RunID, r.Workflow, r.Status, r.Step, r.StepName, r.UpdatedAt.Local().Format(time.DateTime))
+	}
+	return tw.Flush()
+}
+
+func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable runs show", stderr)
+	var c conn
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("runs show: want exactly one RUN")
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	v, err := cl.Inspect(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, v)
+	}
+	printRun(stdout, v)
+	return nil
+}
+
+func printRun(w io.Writer, v client.RunView) {
+	fmt.Fprintf(w, "run %s  workflow %s v%d  status %s  step %d %s\n", v.RunID, v.Workflow, v.Version, v.Status, v.Step, v.StepName)
+	fmt.Fprintf(w, "created %s  updated %s  resumes %d\n", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
+	if v.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", v.Error)
+	}
+	if v.Wait != nil {
+		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
+			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, v.Wait.Payload)
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nSTEP\tNAME\tATTEMPT\tDURATION\tBYTES\tCALLS\tAT")
+	for _, c := range v.Checkpoints {
+		calls := fmt.Sprint(c.Calls)
+		if c.Replayed > 0 {
+			calls += fmt.Sprintf(" (%d replayed)", c.Replayed)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1fms\t%d\t%s\t%s\n", c.Step, c.Name, c.Attempt, c.DurationMS, c.Bytes, calls, c.At.Local().Format("15:04:05.000"))
+	}
+	_ = tw.Flush()
+	for _, e := range v.Effects {
+		fmt.Fprintf(w, "effect %s (step %d) replayed=%t\n", e.Key, e.Step, e.Replayed)
+	}
+	for _, a := range v.Approvals {
+		reason := ""
+		if a.Reason != "" {
+			reason = " reason: " + a.Reason
+		}
+		fmt.Fprintf(w, "decision %s by %s at %s via %s on step %d, payload sha256 %s%s\n", a.Decision, a.By, a.At.Local().Format(time.DateTime), a.Channel, a.Step, a.PayloadSHA256, reason)
+	}
+}
+
+func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable runs cancel", stderr)
+	var c conn
+	c.register(fs)
+	by := fs.String("by", "cli", "who cancels (recorded)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("runs cancel: want exactly one RUN")
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	run, err := cl.Cancel(ctx, pos[0], *by)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "cancelled %s at step %d\n", run.ID, run.Step)
+	return nil
+}
+
+func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable approve", stderr)
+	var c conn
+	c.register(fs)
+	by := fs.String("by", "", "who decides (required)")
+	reject := fs.Bool("reject", false, "reject instead of approve")
+	reason := fs.String("reason", "", "reason, recorded with the decision")
+	sha := fs.String("payload-sha256", "", "only decide if the pending payload has this SHA-256")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("approve: want exactly one RUN")
+	}
+	if strings.TrimSpace(*by) == "" {
+		return usagef("approve: --by WHO is required")
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	run, err := cl.Decide(ctx, client.Decision{RunID: pos[0], By: *by, Reject: *reject, Reason: *reason, Channel: client.ChannelCLI, PayloadSHA256: *sha})
+	if err != nil {
+		return err
+	}
+	verb := "approved"
+	if *reject {
+		verb = "rejected"
+	}
+	fmt.Fprintf(stdout, "%s %s step %d by %s; the run resumes\n", verb, run.ID, run.Step, *by)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/durable-run/durable/internal/devenv"
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable dev", stderr)
+	data := fs.String("data", ".durable", "data directory (JetStream store, payments records)")
+	natsPort := fs.Int("nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the demo payments API (/demo/payments)")
+	workers := fs.Int("workers", 2, "in-process workers")
+	concurrency := fs.Int("concurrency", 16, "steps each worker runs at once")
+	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
+	redisURL := fs.String("redis", os.Getenv("DURABLE_REDIS_URL"), "Redis URL for the checkpoint store; empty uses JetStream KV")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("dev: unexpected argument %q", pos[0])
+	}
+	if *workers < 0 || *workers > 64 {
+		return usagef("dev: --workers must be between 0 and 64")
+	}
+	dir, err := filepath.Abs(*data)
+	if err != nil {
+		return err
+	}
+	env, err := devenv.Start(devenv.Config{Dir: dir, NATSPort: *natsPort, HTTPAddr: *httpAddr})
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	if os.Getenv("DURABLE_PAYMENTS_URL") == "" {
+		_ = os.Setenv("DURABLE_PAYMENTS_URL", env.PaymentsURL())
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := newLogger(stderr, "dev")
+	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
+	var wg sync.WaitGroup
+	errs := make(chan error, *workers)
+	for i := range *workers {
+		wlog := log.With().Str("component", "worker").Int("worker", i+1).Logger()
+		s, err := c.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		w, err := worker.New(worker.Config{JetStream: s.js, Store: s.store, Registry: ReferenceWorkflows(),
+			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	store := "JetStream KV (bucket durable)"
+	if *redisURL != "" {
+		store = "Redis " + redactURL(*redisURL)
+	}
+	fmt.Fprintf(stdout, `durable dev is up
+  NATS            %s   (nats CLI: nats --server %s stream ls)
+  store           %s
+  payments API    %s
+  data            %s
+  workers         %d in-process
+Try:
+  durable start claim --id claim-0001
+  durable runs list
+  durable approve claim-0001 --by you
+Ctrl-C stops.
+`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), dir, *workers)
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		log.Error().Err(err).Msg("worker stopped")
+		cancel()
+	}
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/durable-run/durable/internal/examples/claim"
+	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+// ReferenceWorkflows registers the example workflows of the reference
+// worker. The claim workflow pays through DURABLE_PAYMENTS_URL.
+func ReferenceWorkflows() *steps.Registry {
+	return steps.NewRegistry().MustRegister(
+		claim.New(claim.Config{PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"), HTTP: &http.Client{Timeout: 10 * time.Second}}),
+	)
+}
+
+// RunWorker is the worker command: flags, connections, then worker.Run
+// until ctx ends (SIGTERM drains in-flight steps).
+func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows func() *steps.Registry) error {
+	fs := newFlags("worker", stderr)
+	var c conn
+	c.register(fs)
+	concurrency := fs.Int("concurrency", 16, "steps run at once")
+	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery timeout of an unacknowledged step (heartbeats extend it)")
+	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long in-flight steps may finish (default: the ack wait)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("worker: unexpected argument %q", pos[0])
+	}
+	log := newLogger(stderr, "worker")
+	s, err := c.open(ctx, "durable-worker", log)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	w, err := worker.New(worker.Config{
+		JetStream: s.js, Store: s.store, Registry: workflows(),
+		Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
+		Logger: &log, Crash: os.Getenv("DURABLE_CRASH"),
+	})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	return w.Run(ctx)
+}
