@@ -51,7 +51,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var wg sync.WaitGroup
 	errs := make(chan error, *workers)
 	for i := range *workers {
-		wlog := log.With().Str("component", "worker").Int("worker", i+1).Logger()
+		wlog := newLogger(stderr, "worker").With().Int("worker", i+1).Logger()
 		s, err := c.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
 		if err != nil {
 			return err

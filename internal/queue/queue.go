@@ -158,7 +158,9 @@ func ConsumerConfig(workflow string, ackWait time.Duration, maxAckPending int) j
 		FilterSubject: StepFilter(workflow),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
-		DeliverPolicy: jetstream.DeliverNewPolicy,
+		// DeliverAll: a step published before the first worker created the
+		// consumer must still run. Replayed history is harmless by the protocol.
+		DeliverPolicy: jetstream.DeliverAllPolicy,
 		// Retries are counted by the worker against the step's policy; the
 		// server's count is reported on each delivery.
 		MaxDeliver:    -1,
