@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Status is the lifecycle state of a run.
@@ -165,6 +167,42 @@ type Snapshot struct {
 	Previous *Checkpoint
 	// Journal holds the calls already recorded for step n, by earlier attempts.
 	Journal []CallRecord
+	// Failures recorded for step n, oldest first: at most the last
+	// MaxFailureRecords of them.
+	Failures []Failure
+}
+
+// Failure is one failed attempt of a step body.
+type Failure struct {
+	Attempt int       `json:"attempt"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
+}
+
+// Failure records stay small: a store cuts Error to MaxFailureError bytes
+// and keeps the last MaxFailureRecords records of a step. The count
+// RecordFailure returns stays exact past that.
+const (
+	MaxFailureError   = 1 << 10
+	MaxFailureRecords = 50
+)
+
+// Trimmed returns f as a store keeps it: Error made valid UTF-8 and cut to
+// at most MaxFailureError bytes on a character boundary, At set to now when
+// zero.
+func (f Failure) Trimmed() Failure {
+	f.Error = strings.ToValidUTF8(f.Error, "\uFFFD")
+	if len(f.Error) > MaxFailureError {
+		i := MaxFailureError
+		for i > 0 && !utf8.RuneStart(f.Error[i]) {
+			i--
+		}
+		f.Error = f.Error[:i]
+	}
+	if f.At.IsZero() {
+		f.At = time.Now().UTC()
+	}
+	return f
 }
 
 // Filter selects runs for ListRuns. Zero values match everything.
@@ -194,7 +232,8 @@ type Store interface {
 	GetRun(ctx context.Context, id string) (Run, error)
 	// ListRuns returns the runs matching f, oldest first.
 	ListRuns(ctx context.Context, f Filter) ([]Run, error)
-	// Load reads run id with checkpoints n and n-1 and the journal of step n.
+	// Load reads run id with checkpoints n and n-1 and the journal and
+	// failures of step n.
 	Load(ctx context.Context, id string, n int) (Snapshot, error)
 	// Commit writes cp (step cp.Step) first-writer-wins together with run,
 	// atomically, provided run.Rev is still the stored revision. It returns
@@ -211,6 +250,11 @@ type Store interface {
 	// RecordCall journals a call of step n first-writer-wins by rec.Name and
 	// returns the record that is stored (the caller's or an earlier one).
 	RecordCall(ctx context.Context, id string, n int, rec CallRecord) (CallRecord, error)
+	// RecordFailure records that an attempt of step n of run id failed and
+	// returns how many failures step n has recorded in all (this one included).
+	// Concurrent calls each count once. The record is stored as f.Trimmed();
+	// ErrNotFound when the run does not exist.
+	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
 	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
 	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
 	// Workflows lists registered workflows, one entry per name and version.

@@ -15,7 +15,8 @@
 //		return nil // step n is done: never run it twice
 //	}
 //	state := snap.Previous // nil for step 1: start from the run's input
-//	// ... run the step from state, journaling calls with store.RecordCall ...
+//	// ... run the step from state, journaling calls with store.RecordCall;
+//	// when the body fails, count it with store.RecordFailure ...
 //	next := snap.Run
 //	next.Step, next.StepName = n+1, "assess"
 //	_, err = store.Commit(ctx, next, checkpoint.Checkpoint{RunID: runID, Step: n, Name: "intake", State: out})

@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
@@ -28,4 +29,11 @@ func ExampleStatus_Terminal() {
 	// Output:
 	// waiting false
 	// dead true
+}
+
+func ExampleFailure_Trimmed() {
+	f := checkpoint.Failure{Attempt: 2, Error: strings.Repeat("x", 5000)}.Trimmed()
+	fmt.Println(f.Attempt, len(f.Error), !f.At.IsZero())
+	// Output:
+	// 2 1024 true
 }

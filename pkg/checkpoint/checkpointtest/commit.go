@@ -20,9 +20,9 @@ func testLoad(t *testing.T, s checkpoint.Store) {
 	if snap.Run.Rev != r.Rev {
 		t.Fatalf("Load Rev = %d, want %d", snap.Run.Rev, r.Rev)
 	}
-	if snap.Current != nil || snap.Previous != nil || len(snap.Journal) != 0 {
-		t.Fatalf("Load(1) on a new run = current %+v previous %+v journal %+v, want all empty",
-			snap.Current, snap.Previous, snap.Journal)
+	if snap.Current != nil || snap.Previous != nil || len(snap.Journal) != 0 || len(snap.Failures) != 0 {
+		t.Fatalf("Load(1) on a new run = current %+v previous %+v journal %+v failures %+v, want all empty",
+			snap.Current, snap.Previous, snap.Journal, snap.Failures)
 	}
 
 	cp1 := newCheckpoint("load-1", 1, "w1")

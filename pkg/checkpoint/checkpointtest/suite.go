@@ -54,6 +54,11 @@ func Run(t *testing.T, newStore func(t *testing.T) checkpoint.Store) {
 		{"RecordCallFirstWriterWins", testRecordCallFirstWriterWins},
 		{"RecordCallConcurrentSameName", testRecordCallConcurrentSameName},
 		{"RecordCallConcurrentNames", testRecordCallConcurrentNames},
+		{"RecordFailureCounts", testRecordFailureCounts},
+		{"RecordFailureConcurrent", testRecordFailureConcurrent},
+		{"RecordFailureTruncates", testRecordFailureTruncates},
+		{"RecordFailureKeepsLast", testRecordFailureKeepsLast},
+		{"RecordFailureUnknownRun", testRecordFailureUnknownRun},
 		{"Workflows", testWorkflows},
 	}
 	for _, tc := range tests {

@@ -13,9 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Load reads run id, checkpoints n and n-1 and the journal of step n with
-// concurrent gets. The parts are not one snapshot; a worker never needs
-// that: the commit's revision check catches a run that moved since.
+// Load reads run id, checkpoints n and n-1 and the journal and failures of
+// step n with concurrent gets. The parts are not one snapshot; a worker
+// never needs that: the commit's revision check catches a run that moved
+// since.
 func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
@@ -25,8 +26,9 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 		wg               sync.WaitGroup
 		runErr, cur, prv error
 		journalErr       error
+		failuresErr      error
 	)
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		snap.Run, runErr = s.GetRun(ctx, id)
@@ -39,11 +41,15 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 		defer wg.Done()
 		snap.Journal, journalErr = s.journal(ctx, id, n)
 	}()
+	go func() {
+		defer wg.Done()
+		snap.Failures, failuresErr = s.failures(ctx, id, n)
+	}()
 	if n > 1 {
 		snap.Previous, prv = s.optionalCheckpoint(ctx, id, n-1)
 	}
 	wg.Wait()
-	if err := errors.Join(runErr, cur, prv, journalErr); err != nil {
+	if err := errors.Join(runErr, cur, prv, journalErr, failuresErr); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
 	return snap, nil

@@ -34,6 +34,7 @@ type Options struct {
 //	run.<R>                  run JSON; its KV revision is Run.Rev
 //	cp.<R>.<n>               checkpoint n JSON, created once, never deleted
 //	j.<R>.<n>                journal of step n: JSON object call name -> record
+//	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
 //	wf.<name>.<version>      workflow JSON
 //
 // A commit is one JetStream atomic batch: checkpoint create and run
@@ -133,6 +134,9 @@ func readID(id string) error {
 func runKey(id string) string            { return "run." + id }
 func cpKey(id string, n int) string      { return "cp." + id + "." + strconv.Itoa(n) }
 func journalKey(id string, n int) string { return "j." + id + "." + strconv.Itoa(n) }
+func failuresKey(id string, n int) string {
+	return "f." + id + "." + strconv.Itoa(n)
+}
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }

@@ -72,6 +72,9 @@ func TestRunKeysShareOneSlot(t *testing.T) {
 		if _, err := s.RecordCall(ctx, id, n, checkpoint.CallRecord{Name: "model"}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.RecordFailure(ctx, id, n, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
 		run.Step = n + 1
 		if run, err = s.Commit(ctx, run, checkpoint.Checkpoint{Step: n, State: []byte(`{}`)}); err != nil {
 			t.Fatal(err)
@@ -100,9 +103,9 @@ func TestRunKeysShareOneSlot(t *testing.T) {
 			t.Errorf("key %q hashes to slot %d, want %d", k, got, want)
 		}
 	}
-	// run + 3 checkpoints + 3 journals
-	if runKeys != 7 {
-		t.Errorf("found %d run keys, want 7: %v", runKeys, keys)
+	// run + 3 checkpoints + 3 journals + 3 failure lists + 3 failure counts
+	if runKeys != 13 {
+		t.Errorf("found %d run keys, want 13: %v", runKeys, keys)
 	}
 }
 

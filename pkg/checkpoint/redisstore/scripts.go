@@ -53,14 +53,16 @@ return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 `)
 
 // loadScript reads what a worker needs for step n as one consistent read.
-// KEYS: run, checkpoint n, journal n[, checkpoint n-1]. Reply: nil when the
-// run is missing, else {doc, rev, cp n, {journal field, value...}, cp n-1}.
+// KEYS: run, checkpoint n, journal n, failures n[, checkpoint n-1]. Reply:
+// nil when the run is missing, else
+// {doc, rev, cp n, {journal field, value...}, cp n-1, {failure...}}.
 var loadScript = redis.NewScript(`
 local run = redis.call('HMGET', KEYS[1], 'doc', 'rev')
 if not run[1] then return false end
 local prev = false
-if #KEYS >= 4 then prev = redis.call('GET', KEYS[4]) end
-return {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), prev}
+if #KEYS >= 5 then prev = redis.call('GET', KEYS[5]) end
+return {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), prev,
+  redis.call('LRANGE', KEYS[4], 0, -1)}
 `)
 
 // recordScript journals a call first-writer-wins by name and returns the
@@ -68,4 +70,15 @@ return {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3
 var recordScript = redis.NewScript(`
 redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 return redis.call('HGET', KEYS[1], ARGV[1])
+`)
+
+// failureScript counts a failure of a step and appends its record, keeping
+// the last ARGV[2] records. KEYS: run, failures n (list), failure count n.
+// Reply: the new count, or -1 when the run is missing.
+var failureScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local count = redis.call('INCR', KEYS[3])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+return count
 `)

@@ -54,13 +54,13 @@ func checkCommit(run checkpoint.Run, cp checkpoint.Checkpoint) error {
 	return nil
 }
 
-// Load reads run id, checkpoints n and n-1 and the journal of step n in
-// one script, so the parts are consistent with each other.
+// Load reads run id, checkpoints n and n-1 and the journal and failures of
+// step n in one script, so the parts are consistent with each other.
 func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
-	keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n)}
+	keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n), s.failuresKey(id, n)}
 	if n > 1 {
 		keys = append(keys, s.cpKey(id, n-1))
 	}
@@ -79,7 +79,7 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 }
 
 func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return checkpoint.Snapshot{}, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	var snap checkpoint.Snapshot
@@ -109,7 +109,30 @@ func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {
 		snap.Journal = append(snap.Journal, rec)
 	}
 	sortJournal(snap.Journal)
+	if snap.Failures, err = decodeFailures(res[5]); err != nil {
+		return snap, err
+	}
 	return snap, nil
+}
+
+func decodeFailures(v any) ([]checkpoint.Failure, error) {
+	docs, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("unexpected failures reply %T", v)
+	}
+	var out []checkpoint.Failure
+	for _, d := range docs {
+		doc, _, err := str(d)
+		if err != nil {
+			return nil, err
+		}
+		var f checkpoint.Failure
+		if err := unmarshal(doc, &f); err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // sortJournal puts records in the order they were recorded; a hash has none.

@@ -25,6 +25,8 @@ type Options struct {
 //	<prefix>:{R}:run      hash: doc (run JSON), rev (revision), last_cp (highest committed step)
 //	<prefix>:{R}:cp:<n>   string: checkpoint n JSON, written once, never expired
 //	<prefix>:{R}:j:<n>    hash: call name -> call record JSON, journal of step n
+//	<prefix>:{R}:f:<n>    list: the last failure records of step n (JSON), oldest first
+//	<prefix>:{R}:fc:<n>   string: how many failures step n has recorded
 //	<prefix>:runs         zset: run id scored by creation time (unix ms)
 //	<prefix>:workflows    hash: "name@version" -> workflow JSON
 type Store struct {
@@ -71,6 +73,12 @@ func (s *Store) runKey(id string) string       { return s.tag(id) + "run" }
 func (s *Store) cpKey(id string, n int) string { return s.tag(id) + "cp:" + strconv.Itoa(n) }
 func (s *Store) journalKey(id string, n int) string {
 	return s.tag(id) + "j:" + strconv.Itoa(n)
+}
+func (s *Store) failuresKey(id string, n int) string {
+	return s.tag(id) + "f:" + strconv.Itoa(n)
+}
+func (s *Store) failureCountKey(id string, n int) string {
+	return s.tag(id) + "fc:" + strconv.Itoa(n)
 }
 func (s *Store) runsKey() string      { return s.prefix + ":runs" }
 func (s *Store) workflowsKey() string { return s.prefix + ":workflows" }

@@ -1,0 +1,104 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// maxFailureRetries bounds the compare-and-set loop of RecordFailure; each
+// lost round means another failure of the same step was counted meanwhile.
+const maxFailureRetries = 100
+
+// failuresDoc is the value of f.<R>.<n>. Count is exact; Recent holds the
+// last checkpoint.MaxFailureRecords records, oldest first.
+type failuresDoc struct {
+	Count  int                  `json:"count"`
+	Recent []checkpoint.Failure `json:"recent"`
+}
+
+// RecordFailure counts a failed attempt of step n and keeps its record. The
+// step's failures are one key updated by compare-and-set, so concurrent
+// calls each count once: a lost race re-reads and counts again.
+func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoint.Failure) (int, error) {
+	if err := readID(id); err != nil {
+		return 0, fmt.Errorf("record failure: %w", err)
+	}
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("record failure %s:%d: %w", id, n, err)
+	}
+	if n < 1 {
+		return fail(errors.New("steps count from 1"))
+	}
+	f = f.Trimmed()
+	key := failuresKey(id, n)
+	for range maxFailureRetries {
+		doc, rev, err := s.readFailures(ctx, key)
+		if err != nil {
+			return fail(err)
+		}
+		if rev == 0 {
+			// Only the first failure checks the run: runs are never
+			// deleted, so an existing key means an existing run.
+			if _, err := s.kv.Get(ctx, runKey(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fail(checkpoint.ErrNotFound)
+			} else if err != nil {
+				return fail(err)
+			}
+		}
+		doc.Count++
+		doc.Recent = append(doc.Recent, f)
+		if extra := len(doc.Recent) - checkpoint.MaxFailureRecords; extra > 0 {
+			doc.Recent = doc.Recent[extra:]
+		}
+		value, err := marshal(doc)
+		if err != nil {
+			return fail(err)
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, value)
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				continue
+			}
+		} else {
+			_, err = s.kv.Update(ctx, key, value, rev)
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return doc.Count, nil
+	}
+	return fail(fmt.Errorf("failures still contended after %d attempts", maxFailureRetries))
+}
+
+// readFailures returns the failures document and its revision, 0 when
+// there is none.
+func (s *Store) readFailures(ctx context.Context, key string) (failuresDoc, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return failuresDoc{}, 0, nil
+	}
+	if err != nil {
+		return failuresDoc{}, 0, err
+	}
+	var doc failuresDoc
+	if err := unmarshal(e.Value(), &doc); err != nil {
+		return failuresDoc{}, 0, err
+	}
+	return doc, e.Revision(), nil
+}
+
+// failures returns the kept failure records of step n, oldest first.
+func (s *Store) failures(ctx context.Context, id string, n int) ([]checkpoint.Failure, error) {
+	doc, _, err := s.readFailures(ctx, failuresKey(id, n))
+	if err != nil {
+		return nil, fmt.Errorf("failures: %w", err)
+	}
+	return doc.Recent, nil
+}
