@@ -244,6 +244,10 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		verb = "rejected"
 	}
 	fmt.Fprintf(stdout, "%s %s step %d by %s; the run resumes\n", verb, run.ID, run.Step, *by)
+	if n := len(run.Approvals); n > 0 {
+		a := run.Approvals[n-1]
+		fmt.Fprintf(stdout, "payload (sha256 %s): %s\n", a.PayloadSHA256, a.Payload)
+	}
 	return nil
 }
 

@@ -135,15 +135,44 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Provision creates or updates the streams. Idempotent: every worker, the
-// CLI and `durable dev` call it at start.
+// Provision creates the streams when they are missing. Existing streams
+// are left as they are: an operator may have tuned them (R3, retention),
+// and a worker starting must not undo that. Idempotent.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	for _, sc := range []jetstream.StreamConfig{StepStreamConfig(c), DLQStreamConfig(c)} {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		_, err := js.Stream(ctx, sc.Name)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("look up stream %s: %w", sc.Name, err)
+		}
+		_, err = js.CreateStream(ctx, sc)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("provision stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// EnsureConsumer binds the shared consumer cc.Durable, creating it when it
+// is missing. An existing consumer's settings are kept.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	c, err := js.Consumer(ctx, StepStream, cc.Durable)
+	if err == nil {
+		return c, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("look up consumer %s: %w", cc.Durable, err)
+	}
+	c, err = js.CreateConsumer(ctx, StepStream, cc)
+	if errors.Is(err, jetstream.ErrConsumerExists) {
+		return js.Consumer(ctx, StepStream, cc.Durable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", cc.Durable, err)
+	}
+	return c, nil
 }
 
 // ConsumerName is the shared durable consumer of a workflow's step messages.
@@ -195,14 +224,14 @@ type DeadLetter struct {
 }
 
 // PublishDeadLetter publishes d on the dead-letter stream, deduplicated per
-// run and step.
-func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter) error {
+// run, step and generation (a redriven run that dies again is a new letter).
+func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter, generation int) error {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: DLQSubject(d.Workflow, d.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead")
+	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead"+strconv.Itoa(generation))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish dead letter %s:%d: %w", d.RunID, d.Step, err)
 	}

@@ -100,7 +100,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
 	}
 	if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
-		return stored, true, err
+		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
 	}
 	return stored, true, nil
 }
@@ -162,6 +162,7 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 			return run, fmt.Errorf("run %s: %w", d.RunID, err)
 		}
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
+			c.republishResume(ctx, run)
 			msg := fmt.Sprintf("run %s is %s at step %d", run.ID, run.Status, run.Step)
 			if n := len(run.Approvals); n > 0 {
 				a := run.Approvals[n-1]
@@ -194,12 +195,28 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 		if err != nil {
 			return run, fmt.Errorf("record decision on %s: %w", run.ID, err)
 		}
-		id := fmt.Sprintf("%s:%d:resume%d", stored.ID, stored.Step, stored.Resumes)
-		if err := c.publish(ctx, stored, id); err != nil {
-			return stored, fmt.Errorf("decision recorded but the resume was not published (the scheduler's repair will): %w", err)
+		if err := c.publish(ctx, stored, resumeID(stored)); err != nil {
+			return stored, fmt.Errorf("decision recorded but the resume of step %d was not published; deciding again republishes it: %w", stored.Step, err)
 		}
 		return stored, nil
 	}
+}
+
+func resumeID(run checkpoint.Run) string {
+	return fmt.Sprintf("%s:%d:resume%d", run.ID, run.Step, run.Resumes)
+}
+
+// republishResume publishes the resume of a run that was decided and is
+// running at the decided step again, with the same message id: the first
+// publish may have been lost after the decision was stored. Within the
+// dedupe window it is dropped; later, the step protocol ignores it unless
+// the run still waits for that step.
+func (c *Client) republishResume(ctx context.Context, run checkpoint.Run) {
+	n := len(run.Approvals)
+	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step {
+		return
+	}
+	_ = c.publish(ctx, run, resumeID(run))
 }
 
 // Cancel stops a running or waiting run. A step in flight is discarded at

@@ -223,7 +223,11 @@ func Call[T any](ctx context.Context, s *Context, name string, args any, fn func
 	}
 	rec = checkpoint.CallRecord{Name: name, ArgsSHA256: argsSum, Result: result, At: time.Now().UTC()}
 	if s.cfg.Recorder != nil {
-		stored, err := s.cfg.Recorder.RecordCall(ctx, rec)
+		// The effect happened: record it even if the step's context was
+		// cancelled meanwhile (shutdown, step timeout).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		stored, err := s.cfg.Recorder.RecordCall(rctx, rec)
+		cancel()
 		if err != nil {
 			return zero, fmt.Errorf("journal call %s of %s: %w", name, s.IdempotencyKey(), err)
 		}

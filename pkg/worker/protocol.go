@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,9 +18,62 @@ import (
 	"github.com/durable-run/durable/pkg/steps"
 )
 
-// storeRetry is how long a delivery waits before redelivery after a store
-// or publish error: the step is retried, never lost, never acked uncommitted.
-const storeRetry = time.Second
+const (
+	// aheadRetries bounds the redeliveries of a message whose run is
+	// unknown or behind it, before the message is given up.
+	aheadRetries = 5
+	// minDeliveryFuse: a step delivered more often than this (and 3× its
+	// attempts) without finishing goes to the dead letters.
+	minDeliveryFuse = 20
+)
+
+// transientDelay is the wait before redelivery after a store or publish
+// error: exponential from 250ms to 30s. The step is retried, never lost,
+// never acked uncommitted.
+func (w *Worker) transientDelay(attempt int) time.Duration {
+	d := 250 * time.Millisecond
+	for i := 1; i < attempt && d < 30*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 30*time.Second)
+}
+
+// retryOf is the retry policy of the step at the run's cursor.
+func (w *Worker) retryOf(run checkpoint.Run) steps.RetryPolicy {
+	if def, ok := w.cfg.Registry.Lookup(run.Workflow, run.Version); ok {
+		return def.Retry(run.StepName)
+	}
+	return steps.DefaultRetry
+}
+
+// rollForward advances a run record that lags its committed checkpoint cp.
+func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
+	for {
+		run, err := w.cfg.Store.GetRun(ctx, id)
+		if err != nil {
+			return run, err
+		}
+		if run.Status != checkpoint.StatusRunning || run.Step != cp.Step {
+			return run, nil // it moved on meanwhile
+		}
+		next := run
+		next.UpdatedAt = time.Now().UTC()
+		switch cp.Status {
+		case checkpoint.StatusRunning:
+			next.Step, next.StepName = cp.Step+1, cp.Next
+		default:
+			next.Status = cp.Status
+		}
+		stored, err := w.cfg.Store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue
+		}
+		if err == nil {
+			zerolog.Ctx(ctx).Warn().Msg("run record rolled forward to its committed checkpoint")
+		}
+		return stored, err
+	}
+}
 
 // delivery is one message being handled.
 type delivery struct {
@@ -54,6 +109,12 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	// 1. Load run R and checkpoints n, n-1 and the journal of n.
 	snap, err := w.cfg.Store.Load(ctx, m.RunID, m.Step)
 	if errors.Is(err, checkpoint.ErrNotFound) {
+		// A replica may not have the run yet: retry a few times first.
+		if d.attempt < aheadRetries {
+			_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
+			w.done(m.Workflow, "", "error", d)
+			return
+		}
 		d.log.Warn().Msg("step message for an unknown run: acked as stale")
 		w.ackStale(d, "")
 		return
@@ -67,11 +128,51 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		// The step is done. Publish n+1 again only if the run still waits
 		// for it, so replayed old messages don't cascade.
 		w.c.replayed.Add(1)
+		if run.Status == checkpoint.StatusRunning && run.Step == m.Step {
+			// The run record lags its checkpoint: a read that raced the
+			// commit (reads of the KV store are not one snapshot), or a
+			// commit half applied across a server crash. Roll it forward.
+			if run, err = w.rollForward(ctx, run.ID, *snap.Current); err != nil {
+				w.retryTransient(d, "roll forward", err)
+				return
+			}
+		}
 		w.continueAfter(ctx, d, run, *snap.Current, "replayed")
 		return
 	}
-	if run.Status != checkpoint.StatusRunning || run.Step != m.Step {
+	switch {
+	case run.Status == checkpoint.StatusRunning && run.Step == m.Step+1:
+		// Checkpoint n read as missing while the run is past it: the reads
+		// raced a commit. Make sure n+1 is published before acking n.
+		w.c.replayed.Add(1)
+		cp := checkpoint.Checkpoint{RunID: run.ID, Step: m.Step, Name: run.StepName}
+		w.continueAfter(ctx, d, run, cp, "replayed")
+		return
+	case run.Status == checkpoint.StatusRunning && run.Step < m.Step:
+		// A message ahead of its run: a stale read, or a store that lost a
+		// write. Give the store time before giving the message up.
+		if d.attempt < aheadRetries {
+			d.log.Warn().Int("run_step", run.Step).Msg("step message ahead of its run; retrying")
+			_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
+			w.done(run.Workflow, run.StepName, "error", d)
+			return
+		}
+		d.log.Error().Int("run_step", run.Step).Msg("step message ahead of its run after retries: acked; check the store for lost writes")
 		w.ackStale(d, run.StepName)
+		return
+	case run.Status == checkpoint.StatusDead && run.Step == m.Step:
+		// The run died here; the dead letter may not have been published
+		// before a crash. Publishing it again is deduplicated.
+		w.publishDeadLetter(ctx, d, run)
+		return
+	case run.Status != checkpoint.StatusRunning || run.Step != m.Step:
+		w.ackStale(d, run.StepName)
+		return
+	}
+	if fuse := max(3*w.retryOf(run).Attempts, minDeliveryFuse); d.attempt > fuse {
+		// Deliveries that never finish (a step that kills its worker, or
+		// hangs past every timeout) would bounce round the fleet forever.
+		w.deadLetter(ctx, d, run, fmt.Sprintf("step %s delivered %d times without finishing (does it crash or hang its worker?)", run.StepName, d.attempt-1))
 		return
 	}
 	def, ok := w.cfg.Registry.Lookup(run.Workflow, run.Version)
@@ -96,8 +197,8 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
-		Journal:   snap.Journal,
-		Recorder:  recorder{store: w.cfg.Store, run: run.ID, step: m.Step},
+		Journal:   journalOf(snap.Journal, run.Resumes),
+		Recorder:  recorder{store: w.cfg.Store, run: run.ID, step: m.Step, gen: run.Resumes},
 		Approvals: approvalsFor(run, m.Step),
 		Heartbeat: func() { _ = d.msg.InProgress() },
 		AfterCall: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
@@ -269,27 +370,35 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 		// Shutdown cancelled the step: hand it back for another worker.
 		_ = d.msg.Nak()
 		w.done(run.Workflow, run.StepName, "error", d)
-	case d.attempt >= policy.Attempts:
-		w.deadLetter(ctx, d, run, fmt.Sprintf("step %s failed %d times: %v", run.StepName, d.attempt, err))
 	default:
-		delay := policy.Delay(d.attempt)
+		// Failures of the body are counted in the store, not by deliveries:
+		// redeliveries after crashes or store outages are not the step's
+		// failures and must not use up its attempts.
+		failures, ferr := w.cfg.Store.RecordFailure(ctx, run.ID, d.m.Step, checkpoint.Failure{Attempt: d.attempt, Error: err.Error(), At: time.Now().UTC()})
+		if ferr != nil {
+			w.retryTransient(d, "record failure", ferr)
+			return
+		}
+		if failures >= policy.Attempts {
+			w.deadLetter(ctx, d, run, fmt.Sprintf("step %s failed %d times: %v", run.StepName, failures, err))
+			return
+		}
+		delay := policy.Delay(failures)
 		w.c.retried.Add(1)
-		d.log.Warn().Err(err).Dur("retry_in", delay).Int("attempts", policy.Attempts).Msg("step failed; will retry")
+		d.log.Warn().Err(err).Dur("retry_in", delay).Int("failures", failures).Int("attempts", policy.Attempts).Msg("step failed; will retry")
 		_ = d.msg.NakWithDelay(delay)
 		w.done(run.Workflow, run.StepName, "retry", d)
 	}
 }
 
-// deadLetter publishes the dead letter, marks the run dead and acks.
+// deadLetter marks the run dead, publishes the dead letter and acks. The
+// run is marked first so that a duplicate delivery that loses the race
+// publishes nothing for a healthy run.
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
-	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.Step, StepName: run.StepName, Reason: reason, Attempt: d.attempt, At: time.Now().UTC()}
-	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl); err != nil {
-		w.retryTransient(d, "dead letter", err)
-		return
-	}
 	next := run
-	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, dl.At
-	if _, err := w.cfg.Store.UpdateRun(ctx, next); err != nil {
+	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
+	stored, err := w.cfg.Store.UpdateRun(ctx, next)
+	if err != nil {
 		if errors.Is(err, checkpoint.ErrConflict) {
 			w.afterLostCommit(ctx, d)
 			return
@@ -299,6 +408,16 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 	}
 	w.c.dead.Add(1)
 	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
+	w.publishDeadLetter(ctx, d, stored)
+}
+
+// publishDeadLetter publishes the dead letter of a dead run and acks.
+func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, run checkpoint.Run) {
+	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.Step, StepName: run.StepName, Reason: run.Error, Attempt: d.attempt, At: run.UpdatedAt}
+	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl, run.Resumes); err != nil {
+		w.retryTransient(d, "dead letter", err)
+		return
+	}
 	w.ack(d)
 	w.done(run.Workflow, run.StepName, "dead", d)
 }
@@ -315,7 +434,7 @@ func (w *Worker) ackStale(d *delivery, step string) {
 func (w *Worker) retryTransient(d *delivery, op string, err error) {
 	w.c.errors.Add(1)
 	d.log.Warn().Err(err).Str("op", op).Msg("transient error; step released for redelivery")
-	_ = d.msg.NakWithDelay(storeRetry)
+	_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
 	w.done(d.m.Workflow, "", "error", d)
 }
 
@@ -342,7 +461,7 @@ func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition,
 		if hang {
 			return // a hung step must look hung to the server
 		}
-		t := time.NewTicker(w.cfg.AckWait / 3)
+		t := time.NewTicker(w.heartbeat)
 		defer t.Stop()
 		for {
 			select {
@@ -361,6 +480,8 @@ func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition,
 		}
 	}()
 	w.faults.At(d.m.RunID, d.m.Step, d.attempt, faults.Hang)
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
+	defer cancel()
 	return def.Execute(ctx, sctx, name, state, first)
 }
 
@@ -380,14 +501,44 @@ func checkpointSize(cp checkpoint.Checkpoint) int {
 	return len(b)
 }
 
-// recorder binds the store's journal to one step.
+// recorder binds the store's journal to one step and one generation of
+// the run. A generation starts with every resume after a decision: a step
+// that parked runs again from its start and must re-read its facts, so
+// the calls recorded before it parked are not replayed to it.
 type recorder struct {
 	store checkpoint.Store
 	run   string
 	step  int
+	gen   int
 }
 
 func (r recorder) RecordCall(ctx context.Context, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
-	return r.store.RecordCall(ctx, r.run, r.step, rec)
+	name := rec.Name
+	rec.Name = genPrefix(r.gen) + name
+	stored, err := r.store.RecordCall(ctx, r.run, r.step, rec)
+	stored.Name = name
+	return stored, err
 }
 
+func genPrefix(gen int) string {
+	if gen == 0 {
+		return ""
+	}
+	return "@" + strconv.Itoa(gen) + "/"
+}
+
+// journalOf keeps the records of generation gen, with their plain names.
+func journalOf(all []checkpoint.CallRecord, gen int) []checkpoint.CallRecord {
+	prefix := genPrefix(gen)
+	var out []checkpoint.CallRecord
+	for _, r := range all {
+		switch {
+		case prefix == "" && !strings.HasPrefix(r.Name, "@"):
+			out = append(out, r)
+		case prefix != "" && strings.HasPrefix(r.Name, prefix):
+			r.Name = strings.TrimPrefix(r.Name, prefix)
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -37,6 +37,9 @@ type Config struct {
 	// context ends; steps still running then are cancelled and released for
 	// redelivery. Default AckWait.
 	DrainTimeout time.Duration
+	// StepTimeout bounds one run of a step body; past it the step's context
+	// is cancelled and the attempt counts as failed. Default 10m.
+	StepTimeout time.Duration
 	// Budget bounds checkpoint sizes. Default checkpoint.DefaultBudget.
 	Budget checkpoint.Budget
 	// StreamReplicas for the streams the worker provisions. Default 1.
@@ -79,11 +82,14 @@ type counters struct {
 
 // Worker executes steps. Create with New, start with Run.
 type Worker struct {
-	cfg    Config
-	log    zerolog.Logger
-	faults *faults.Injector
-	c      counters
-	sem    chan struct{}
+	cfg Config
+	// heartbeat is a third of the consumer's ack wait, which may differ
+	// from cfg.AckWait when the consumer was created by someone else.
+	heartbeat time.Duration
+	log       zerolog.Logger
+	faults    *faults.Injector
+	c         counters
+	sem       chan struct{}
 }
 
 // New validates cfg and returns a worker.
@@ -120,7 +126,10 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = cfg.AckWait
 	}
-	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency)}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = 10 * time.Minute
+	}
+	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {
@@ -139,25 +148,34 @@ func (w *Worker) Stats() Stats {
 }
 
 // Setup provisions the streams and the workflows' consumers and registers
-// the workflows in the store. Run calls it; it is idempotent.
+// the workflows in the store. Run calls it; it is idempotent. Consumers come
+// first: a workflow is advertised (and runs can start) only once its
+// messages have a consumer.
 func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 	if err := queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas}); err != nil {
 		return nil, err
 	}
 	var cons []jetstream.Consumer
+	for _, name := range w.cfg.Registry.Names() {
+		c, err := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(name, w.cfg.AckWait, 0))
+		if err != nil {
+			return nil, err
+		}
+		// The consumer's ack wait is the one the server applies: a consumer
+		// created by another worker or tuned by an operator is not
+		// overwritten, but heartbeats must keep up with it.
+		if aw := c.CachedInfo().Config.AckWait; aw > 0 && aw != w.cfg.AckWait {
+			w.log.Warn().Str("consumer", queue.ConsumerName(name)).Dur("consumer_ack_wait", aw).Dur("flag_ack_wait", w.cfg.AckWait).
+				Msg("consumer exists with another ack wait; using it (change it with the nats CLI)")
+			w.heartbeat = min(w.heartbeat, aw/3)
+		}
+		cons = append(cons, c)
+	}
 	for _, d := range w.cfg.Registry.All() {
 		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), UpdatedAt: time.Now().UTC()}
 		if err := w.cfg.Store.RegisterWorkflow(ctx, info); err != nil {
 			return nil, fmt.Errorf("register workflow %s v%d: %w", d.Name(), d.Version(), err)
 		}
-	}
-	for _, name := range w.cfg.Registry.Names() {
-		cc := queue.ConsumerConfig(name, w.cfg.AckWait, 0)
-		c, err := w.cfg.JetStream.CreateOrUpdateConsumer(ctx, queue.StepStream, cc)
-		if err != nil {
-			return nil, fmt.Errorf("provision consumer %s: %w", cc.Durable, err)
-		}
-		cons = append(cons, c)
 	}
 	return cons, nil
 }
@@ -179,11 +197,14 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	var inflight sync.WaitGroup
 	var pullers sync.WaitGroup
+	// An idle puller waiting in Fetch holds its slots: leave at least one
+	// for each other workflow.
+	maxBatch := max(1, w.cfg.Concurrency-(len(cons)-1))
 	for _, c := range cons {
 		pullers.Add(1)
 		go func() {
 			defer pullers.Done()
-			w.pull(ctx, stepCtx, c, &inflight)
+			w.pull(ctx, stepCtx, c, maxBatch, &inflight)
 		}()
 	}
 	pullers.Wait()
@@ -204,7 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // pull fetches as many messages as there are free slots and runs each in
 // its own goroutine. Fetching only what can run now keeps messages from
 // waiting in a client buffer while their ack timers run.
-func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, inflight *sync.WaitGroup) {
+func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, maxBatch int, inflight *sync.WaitGroup) {
 	backoff := 100 * time.Millisecond
 	for {
 		// Block for one slot, then take whatever else is free.
@@ -215,7 +236,7 @@ func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, inflig
 		}
 		n := 1
 	more:
-		for n < cap(w.sem) {
+		for n < maxBatch {
 			select {
 			case w.sem <- struct{}{}:
 				n++

@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+// A resumed step re-reads its facts: calls journaled before it parked are
+// not replayed to it, and a changed payload parks it again.
+func TestResumeRereadsFacts(t *testing.T) {
+	var lookups atomic.Int64
+	var amount atomic.Int64
+	amount.Store(1840)
+	flow := steps.New[counter]("reread", 1).
+		Step("ask", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+			a, err := steps.Call(ctx, s, "lookup", s.RunID(), func(context.Context) (int64, error) {
+				lookups.Add(1)
+				return amount.Load(), nil
+			})
+			if err != nil {
+				return steps.Outcome[counter]{}, err
+			}
+			req := steps.ApprovalRequest{Payload: map[string]int64{"amount": a}, Group: "adjusters"}
+			d, err := s.Approval(req)
+			if err != nil {
+				return steps.Outcome[counter]{}, err
+			}
+			if d == nil {
+				return steps.Wait(st, req), nil
+			}
+			st.N = int(a)
+			return steps.Complete(st), nil
+		})
+	h := newHarness(t, "redis")
+	h.startWorker(steps.NewRegistry().MustRegister(flow), nil)
+	ctx := context.Background()
+	h.start("reread", "rr-1", "")
+	first := h.waitStatus("rr-1", checkpoint.StatusWaiting, 20*time.Second)
+	// The facts change after the adjuster looked and before the resume.
+	amount.Store(2500)
+	if _, err := h.client.Decide(ctx, client.Decision{RunID: "rr-1", By: "ana", Channel: "cli", PayloadSHA256: first.Wait.PayloadSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	var again checkpoint.Run
+	testenv.Eventually(t, 20*time.Second, "parked again with the new payload", func() bool {
+		r, err := h.store.GetRun(ctx, "rr-1")
+		again = r
+		return err == nil && r.Status == checkpoint.StatusWaiting && r.Wait != nil && r.Wait.PayloadSHA256 != first.Wait.PayloadSHA256
+	})
+	if n := lookups.Load(); n != 2 {
+		t.Fatalf("lookup ran %d times, want 2 (re-read on resume)", n)
+	}
+	if _, err := h.client.Decide(ctx, client.Decision{RunID: "rr-1", By: "ana", Channel: "cli", PayloadSHA256: again.Wait.PayloadSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("rr-1", checkpoint.StatusCompleted, 20*time.Second)
+	if st := decode[counter](t, h.checkpoints("rr-1")[0].State); st.N != 2500 {
+		t.Errorf("completed with amount %d, want 2500", st.N)
+	}
+}
+
+// flakyStore wraps a real store and fails Load for chosen runs a number of
+// times, as an unreachable Redis would.
+type flakyStore struct {
+	checkpoint.Store
+	mu    sync.Mutex
+	fails map[string]int
+}
+
+var errUnavailable = errors.New("store unavailable (injected)")
+
+func (f *flakyStore) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
+	f.mu.Lock()
+	if f.fails[id] > 0 {
+		f.fails[id]--
+		f.mu.Unlock()
+		return checkpoint.Snapshot{}, errUnavailable
+	}
+	f.mu.Unlock()
+	return f.Store.Load(ctx, id, n)
+}
+
+// Store outages don't use up a step's attempts: only failures of the body do.
+func TestStoreOutageDoesNotUseAttempts(t *testing.T) {
+	var bodies atomic.Int64
+	flow := steps.New[counter]("outage", 1).
+		Step("only", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+			if bodies.Add(1) == 1 {
+				return steps.Outcome[counter]{}, errors.New("one real failure")
+			}
+			return steps.Complete(st), nil
+		}, steps.WithRetry(steps.RetryPolicy{Attempts: 2, Backoff: 10 * time.Millisecond}))
+	h := newHarness(t, "redis")
+	flaky := &flakyStore{Store: h.store, fails: map[string]int{"o-1": 4}}
+	h.startWorker(steps.NewRegistry().MustRegister(flow), func(c *worker.Config) { c.Store = flaky })
+	h.start("outage", "o-1", "")
+	h.waitStatus("o-1", checkpoint.StatusCompleted, 60*time.Second)
+	cps := h.checkpoints("o-1")
+	if len(cps) != 1 || cps[0].Attempt < 6 {
+		t.Fatalf("checkpoints %+v: want one, committed after 4 outages and 1 failure", cps)
+	}
+	snap, err := h.store.Load(context.Background(), "o-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Failures) != 1 || snap.Failures[0].Error != "one real failure" {
+		t.Errorf("failures %+v, want the one real failure", snap.Failures)
+	}
+}
+
+// A step that hangs is cancelled by the step timeout and retried by its
+// policy, then dead-lettered, instead of holding a slot forever.
+func TestStepTimeout(t *testing.T) {
+	flow := steps.New[counter]("hangs", 1).
+		Step("block", func(ctx context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
+			<-ctx.Done()
+			return steps.Outcome[counter]{}, ctx.Err()
+		}, steps.WithRetry(steps.RetryPolicy{Attempts: 2, Backoff: 10 * time.Millisecond}))
+	h := newHarness(t, "redis")
+	h.startWorker(steps.NewRegistry().MustRegister(flow), func(c *worker.Config) { c.StepTimeout = 200 * time.Millisecond })
+	h.start("hangs", "h-1", "")
+	dead := h.waitStatus("h-1", checkpoint.StatusDead, 30*time.Second)
+	if dead.Error == "" {
+		t.Error("dead without a reason")
+	}
+}
+
+// A worker joining with another ack wait does not overwrite the shared
+// consumer's (which would make the other workers' heartbeats too slow).
+func TestConsumerSettingsAreKept(t *testing.T) {
+	h := newHarness(t, "redis")
+	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), nil) // AckWait 2s
+	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), func(c *worker.Config) { c.AckWait = 45 * time.Second })
+	c, err := h.js.Consumer(context.Background(), queue.StepStream, queue.ConsumerName("pipeline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aw := c.CachedInfo().Config.AckWait; aw != 2*time.Second {
+		t.Fatalf("consumer ack wait %s, want the first worker's 2s", aw)
+	}
+	h.start("pipeline", "k-1", "")
+	h.waitStatus("k-1", checkpoint.StatusCompleted, 20*time.Second)
+}
