@@ -152,3 +152,16 @@ func TestConsumerSettingsAreKept(t *testing.T) {
 	h.start("pipeline", "k-1", "")
 	h.waitStatus("k-1", checkpoint.StatusCompleted, 20*time.Second)
 }
+
+// A consumer deleted under a running worker (an operator's mistake) is
+// created again and the runs go on.
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	h := newHarness(t, "redis")
+	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), nil)
+	ctx := context.Background()
+	if err := h.js.DeleteConsumer(ctx, queue.StepStream, queue.ConsumerName("pipeline")); err != nil {
+		t.Fatal(err)
+	}
+	h.start("pipeline", "del-1", "")
+	h.waitStatus("del-1", checkpoint.StatusCompleted, 30*time.Second)
+}

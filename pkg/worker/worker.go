@@ -200,11 +200,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// An idle puller waiting in Fetch holds its slots: leave at least one
 	// for each other workflow.
 	maxBatch := max(1, w.cfg.Concurrency-(len(cons)-1))
-	for _, c := range cons {
+	for i, name := range w.cfg.Registry.Names() {
+		c := cons[i]
 		pullers.Add(1)
 		go func() {
 			defer pullers.Done()
-			w.pull(ctx, stepCtx, c, maxBatch, &inflight)
+			w.pull(ctx, stepCtx, name, c, maxBatch, &inflight)
 		}()
 	}
 	pullers.Wait()
@@ -225,7 +226,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // pull fetches as many messages as there are free slots and runs each in
 // its own goroutine. Fetching only what can run now keeps messages from
 // waiting in a client buffer while their ack timers run.
-func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, maxBatch int, inflight *sync.WaitGroup) {
+func (w *Worker) pull(ctx, stepCtx context.Context, workflow string, c jetstream.Consumer, maxBatch int, inflight *sync.WaitGroup) {
 	backoff := 100 * time.Millisecond
 	for {
 		// Block for one slot, then take whatever else is free.
@@ -249,6 +250,10 @@ func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, maxBat
 			w.release(n)
 			if ctx.Err() != nil {
 				return
+			}
+			if nc := w.recreateIfGone(ctx, workflow, err); nc != nil {
+				c = nc
+				continue
 			}
 			w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("fetch failed")
 			select {
@@ -279,6 +284,9 @@ func (w *Worker) pull(ctx, stepCtx context.Context, c jetstream.Consumer, maxBat
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			w.log.Debug().Err(err).Msg("fetch ended")
+			if nc := w.recreateIfGone(ctx, workflow, err); nc != nil {
+				c = nc
+			}
 		}
 		w.release(n - got)
 	}
@@ -288,4 +296,21 @@ func (w *Worker) release(n int) {
 	for range n {
 		<-w.sem
 	}
+}
+
+
+// recreateIfGone creates a workflow's consumer again when err says it was
+// deleted (by an operator, or lost with the server's state), rather than
+// poll a consumer that is gone. It returns nil for any other error.
+func (w *Worker) recreateIfGone(ctx context.Context, workflow string, err error) jetstream.Consumer {
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+		return nil
+	}
+	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, 0))
+	if cerr != nil {
+		w.log.Warn().Err(cerr).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and could not be created again")
+		return nil
+	}
+	w.log.Warn().Str("consumer", queue.ConsumerName(workflow)).Msg("consumer was gone; created it again")
+	return c
 }
