@@ -1,6 +1,3 @@
-// Package client starts, approves, cancels and inspects runs. The CLI, the
-// approver and users' own services use it; it talks to the same store and
-// stream as the workers.
 package client
 
 import (

@@ -1,6 +1,3 @@
-// Package worker runs workflow steps from the step stream: the durable step
-// protocol (DESIGN.md) on top of a checkpoint store and JetStream. A user's
-// worker binary registers its workflows in a steps.Registry and calls Run.
 package worker
 
 import (
