@@ -295,7 +295,6 @@ func (w *Worker) release(n int) {
 	}
 }
 
-
 // recreateIfGone creates a workflow's consumer again when err says it was
 // deleted (by an operator, or lost with the server's state), rather than
 // poll a consumer that is gone. It returns nil for any other error.
