@@ -60,7 +60,6 @@ func TestUsageErrorsExit2(t *testing.T) {
 }
 
 func TestUnknownFlagExits2(t *testing.T) {
-	t.Skip("BUG: internal/cli/connect.go parseArgs returns fs.Parse's plain error for an unknown flag or a bad flag value, so exitCode (cli.go) exits 1 instead of 2; wrap it as usageError (keep flag.ErrHelp as is)")
 	for _, args := range [][]string{
 		{"start", "claim", "--id", "x", "--bogus"},
 		{"runs", "list", "--json=maybe"},
@@ -453,19 +452,22 @@ func TestRedisUnreachable(t *testing.T) {
 	n := testenv.StartNATS(t)
 	// go-redis retries a refused dial for ~1.7s, so one command per
 	// unreachable server.
+	// An unreachable server is a failure (1); a URL that can't be parsed
+	// is bad usage (2).
 	cases := []struct {
 		redis, want string
+		code        int
 		cmds        [][]string
 	}{
-		{"redis://user:s3cret@127.0.0.1:1/0", "connect to Redis at redis://***@127.0.0.1:1/0", [][]string{{"start", "claim", "--id", "x"}}},
-		{"unix://" + t.TempDir() + "/nosuch.sock", "connect to Redis", [][]string{{"runs", "list"}}},
-		{"notaurl", "redis URL", [][]string{{"runs", "list"}, {"start", "claim", "--id", "x"}, {"approve", "x", "--by", "ana"}}},
+		{"redis://user:s3cret@127.0.0.1:1/0", "connect to Redis at redis://***@127.0.0.1:1/0", 1, [][]string{{"start", "claim", "--id", "x"}}},
+		{"unix://" + t.TempDir() + "/nosuch.sock", "connect to Redis", 1, [][]string{{"runs", "list"}}},
+		{"notaurl", "redis URL", 2, [][]string{{"runs", "list"}, {"start", "claim", "--id", "x"}, {"approve", "x", "--by", "ana"}}},
 	}
 	for _, tc := range cases {
 		for _, args := range tc.cmds {
 			r := runCLI(append(args, "--nats", n.URL, "--redis", tc.redis)...)
-			if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
-				t.Errorf("durable %q --redis %s: want exit 1 and %q, got %s", args, tc.redis, tc.want, r)
+			if r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("durable %q --redis %s: want exit %d and %q, got %s", args, tc.redis, tc.code, tc.want, r)
 			}
 			if strings.Contains(r.stderr, "s3cret") {
 				t.Errorf("durable %q: the Redis password leaked: %s", args, r.stderr)

@@ -227,7 +227,8 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(pos) != 1 {
 		return usagef("approve: want exactly one RUN")
 	}
-	if strings.TrimSpace(*by) == "" {
+	*by = strings.TrimSpace(*by)
+	if *by == "" {
 		return usagef("approve: --by WHO is required")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
@@ -239,11 +240,11 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	verb := "approved"
+	verb, then := "approved", "the run resumes"
 	if *reject {
-		verb = "rejected"
+		verb, then = "rejected", "the step runs again with the rejection and decides how the run ends"
 	}
-	fmt.Fprintf(stdout, "%s %s step %d by %s; the run resumes\n", verb, run.ID, run.Step, *by)
+	fmt.Fprintf(stdout, "%s %s step %d by %s; %s\n", verb, run.ID, run.Step, *by, then)
 	if n := len(run.Approvals); n > 0 {
 		a := run.Approvals[n-1]
 		fmt.Fprintf(stdout, "payload (sha256 %s): %s\n", a.PayloadSHA256, a.Payload)

@@ -89,7 +89,7 @@ func (c *conn) open(ctx context.Context, name string, log zerolog.Logger) (*sess
 		opt, err := redis.ParseURL(c.redisURL)
 		if err != nil {
 			s.Close()
-			return nil, fmt.Errorf("redis URL: %w", err)
+			return nil, usageError{fmt.Sprintf("redis URL %s: %v", redactURL(c.redisURL), err)}
 		}
 		s.rdb = redis.NewClient(opt)
 		if err := s.rdb.Ping(ctx).Err(); err != nil {
@@ -151,7 +151,10 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err.Error()}
 		}
 		args = fs.Args()
 		if len(args) == 0 {

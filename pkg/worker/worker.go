@@ -232,6 +232,12 @@ func (w *Worker) pull(ctx, stepCtx context.Context, workflow string, c jetstream
 		case <-ctx.Done():
 			return
 		}
+		if ctx.Err() != nil {
+			// select picks at random when both are ready: don't start
+			// another fetch once shutting down.
+			w.release(1)
+			return
+		}
 		n := 1
 	more:
 		for n < maxBatch {
