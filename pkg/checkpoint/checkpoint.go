@@ -77,14 +77,29 @@ type Run struct {
 	Error string `json:"error,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
+	// Audit records every event of the run's waits: parks, decisions,
+	// expiries, escalations, reminders and refused approvals, oldest first.
+	Audit []AuditEntry `json:"audit,omitempty"`
+	// Redrives counts the times an operator put the dead run back to work.
+	Redrives int `json:"redrives,omitempty"`
+	// Steps counts the steps the run has committed (the max-steps cap).
+	Steps int `json:"steps_taken,omitempty"`
 
 	// Rev is the store's revision of this record, used for compare-and-set.
 	// It is not part of the JSON document.
 	Rev uint64 `json:"-"`
 }
 
-// Wait is a parked run's pending approval request.
+// Wait kinds.
+const (
+	WaitApproval = "approval" // a person or system must decide (the default)
+	WaitTimer    = "timer"    // a durable timer: the scheduler wakes the run
+)
+
+// Wait is a parked run's pending approval request, or its timer.
 type Wait struct {
+	// Kind is WaitApproval (also when empty) or WaitTimer.
+	Kind          string          `json:"kind,omitempty"`
 	Step          int             `json:"step"`
 	StepName      string          `json:"step_name"`
 	Payload       json.RawMessage `json:"payload"`
@@ -117,6 +132,32 @@ type Approval struct {
 	Reason        string          `json:"reason,omitempty"`
 }
 
+// Audit event kinds.
+const (
+	AuditParked    = "parked"    // the run parked with a payload
+	AuditReparked  = "reparked"  // resumed, the payload changed, parked again
+	AuditDecision  = "decision"  // approved or rejected
+	AuditExpired   = "expired"   // the TTL passed and the policy rejected
+	AuditEscalated = "escalated" // the TTL passed and the request moved group
+	AuditReminded  = "reminded"  // the TTL passed and a reminder went out
+	AuditRefused   = "refused"   // an approval was refused (bad hash, group...)
+	AuditTimer     = "timer"     // a durable timer fired
+	AuditRedriven  = "redriven"  // an operator put a dead run back to work
+)
+
+// AuditEntry is one recorded event of a run's waits.
+type AuditEntry struct {
+	Kind          string    `json:"kind"`
+	Step          int       `json:"step"`
+	At            time.Time `json:"at"`
+	By            string    `json:"by,omitempty"`
+	Channel       string    `json:"channel,omitempty"`
+	Group         string    `json:"group,omitempty"`
+	Decision      string    `json:"decision,omitempty"`
+	PayloadSHA256 string    `json:"payload_sha256,omitempty"`
+	Reason        string    `json:"reason,omitempty"`
+}
+
 // Checkpoint is the durable output of one step.
 type Checkpoint struct {
 	RunID string `json:"run_id"`
@@ -128,7 +169,9 @@ type Checkpoint struct {
 	// Next names the step to run next; empty when the run ended here.
 	Next string `json:"next,omitempty"`
 	// Status is the run's status after this step.
-	Status  Status       `json:"status"`
+	Status Status `json:"status"`
+	// WakeAt is when a run that sleeps after this step wakes (a durable timer).
+	WakeAt  time.Time    `json:"wake_at,omitzero"`
 	Journal []CallRecord `json:"journal,omitempty"`
 	Effects []Effect     `json:"effects,omitempty"`
 	// Attempt is the delivery that committed the step (1 = first).
@@ -255,6 +298,21 @@ type Store interface {
 	// Concurrent calls each count once. The record is stored as f.Trimmed();
 	// ErrNotFound when the run does not exist.
 	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
+	// IndexDue puts run id in the deadline index at time at (replacing an
+	// earlier entry): the scheduler claims it once at is past. The index is
+	// separate from the run record (one Redis Cluster slot per run); a
+	// missing entry is repaired by the scheduler from the run records.
+	IndexDue(ctx context.Context, id string, at time.Time) error
+	// UnindexDue removes run id from the deadline index (no error if absent).
+	UnindexDue(ctx context.Context, id string) error
+	// ClaimDue atomically claims up to limit run ids whose due time is at or
+	// before now, hiding each from other claimers for lease: concurrent
+	// schedulers never claim the same entry at once, and an entry whose
+	// claimer died is claimed again after the lease. The claimer removes
+	// or re-indexes the entry when it is done. Ids come in the order they
+	// became claimable (the due time, or the end of a lapsed lease); times
+	// count in milliseconds; limit must be at least 1 and lease at least 1ms.
+	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
 	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
 	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
 	// Workflows lists registered workflows, one entry per name and version.

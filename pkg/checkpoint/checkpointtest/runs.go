@@ -22,6 +22,12 @@ func testCreateGetRoundTrip(t *testing.T, s checkpoint.Store) {
 		!got.Approvals[0].At.Equal(want.Approvals[0].At) {
 		t.Fatalf("times changed: created %v deadline %v approval %v", got.CreatedAt, got.Wait.Deadline, got.Approvals[0].At)
 	}
+	// The audit trail and the step count are plain JSON of the run
+	// document; sameRun compares them too, this says which one went.
+	if got.Steps != 4 || len(got.Audit) != 2 || got.Audit[1].Decision != checkpoint.DecisionApproved ||
+		got.Audit[1].By != "bob" || !got.Audit[1].At.Equal(want.Audit[1].At) {
+		t.Fatalf("GetRun Steps = %d, Audit = %+v; want 4 steps and the two entries stored", got.Steps, got.Audit)
+	}
 }
 
 // A caller that leaves the times zero gets them set, so ListRuns can order

@@ -60,6 +60,13 @@ func Run(t *testing.T, newStore func(t *testing.T) checkpoint.Store) {
 		{"RecordFailureKeepsLast", testRecordFailureKeepsLast},
 		{"RecordFailureUnknownRun", testRecordFailureUnknownRun},
 		{"Workflows", testWorkflows},
+		{"DueClaimOnce", testDueClaimOnce},
+		{"DueReindex", testDueReindex},
+		{"DueUnindex", testDueUnindex},
+		{"DueLimitAndOrder", testDueLimitAndOrder},
+		{"DueLapsedLeaseOrder", testDueLapsedLeaseOrder},
+		{"DueConcurrentClaimers", testDueConcurrentClaimers},
+		{"DueInvalid", testDueInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,6 +124,24 @@ func newRun(id string) checkpoint.Run {
 		}},
 		Error:   "",
 		Resumes: 1,
+		Audit: []checkpoint.AuditEntry{{
+			Kind:          checkpoint.AuditParked,
+			Step:          5,
+			At:            base.Add(time.Second),
+			Group:         "adjusters",
+			PayloadSHA256: "abc123",
+		}, {
+			Kind:          checkpoint.AuditDecision,
+			Step:          5,
+			At:            base.Add(2 * time.Second),
+			By:            "bob",
+			Channel:       "http",
+			Group:         "adjusters",
+			Decision:      checkpoint.DecisionApproved,
+			PayloadSHA256: "abc123",
+			Reason:        "looks right",
+		}},
+		Steps: 4,
 	}
 }
 

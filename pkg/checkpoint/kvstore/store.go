@@ -36,6 +36,7 @@ type Options struct {
 //	j.<R>.<n>                journal of step n: JSON object call name -> record
 //	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
 //	wf.<name>.<version>      workflow JSON
+//	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //
 // A commit is one JetStream atomic batch: checkpoint create and run
 // compare-and-set land together or not at all.
@@ -137,6 +138,7 @@ func journalKey(id string, n int) string { return "j." + id + "." + strconv.Itoa
 func failuresKey(id string, n int) string {
 	return "f." + id + "." + strconv.Itoa(n)
 }
+func dueKey(id string) string { return "due." + id }
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }

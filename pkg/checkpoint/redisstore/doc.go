@@ -3,9 +3,11 @@
 // Every key of a run carries the hash tag {runID}, and every write to a run
 // is one Lua script over that run's keys only, so the store works unchanged
 // on Redis Cluster: a commit (checkpoint first-writer-wins plus the run's
-// compare-and-set) is atomic on one slot. The two global keys, the run index
-// and the workflow registry, are written in separate calls; CreateRun
-// repairs the run index and ListRuns skips entries whose run is gone.
+// compare-and-set) is atomic on one slot. The three global keys, the run
+// index, the workflow registry and the deadline index, are written in
+// separate calls; CreateRun repairs the run index, ListRuns skips entries
+// whose run is gone, and the scheduler repairs the deadline index from the
+// run records.
 //
 // Run Redis with AOF (appendonly yes): a checkpoint is only as durable as
 // the server's fsync policy.

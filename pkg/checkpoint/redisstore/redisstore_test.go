@@ -83,6 +83,9 @@ func TestRunKeysShareOneSlot(t *testing.T) {
 	if err := s.RegisterWorkflow(ctx, checkpoint.WorkflowInfo{Name: "claim", Version: 1}); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.IndexDue(ctx, id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 
 	keys, err := client.Keys(ctx, prefix+":*").Result()
 	if err != nil {
@@ -92,7 +95,7 @@ func TestRunKeysShareOneSlot(t *testing.T) {
 	var runKeys int
 	for _, k := range keys {
 		switch k {
-		case prefix + ":runs", prefix + ":workflows":
+		case prefix + ":runs", prefix + ":workflows", prefix + ":due":
 			continue // global indexes, written outside the per-run scripts
 		}
 		runKeys++

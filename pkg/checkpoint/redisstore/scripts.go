@@ -3,8 +3,9 @@ package redisstore
 import "github.com/redis/go-redis/v9"
 
 // Each script touches the keys of one run only, all tagged {runID}, so it
-// runs on a single Redis Cluster slot. The global indexes (runs, workflows)
-// are written by separate calls and can be repaired.
+// runs on a single Redis Cluster slot. The global indexes (runs, workflows,
+// due) are written by separate calls and can be repaired; the one script
+// on a global key, claimDueScript, touches that key alone.
 
 // Status codes returned by the write scripts; a non-negative reply is the
 // run's new revision.
@@ -81,4 +82,16 @@ local count = redis.call('INCR', KEYS[3])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
 return count
+`)
+
+// claimDueScript claims up to ARGV[2] members of the deadline index
+// (KEYS[1]) scored at or before ARGV[1], earliest first, by moving each
+// score to the lease's end, ARGV[3]. Reply: the claimed ids in due order.
+// It touches the one global key only, so it too runs on a single slot.
+var claimDueScript = redis.NewScript(`
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(ids) do
+  redis.call('ZADD', KEYS[1], 'XX', ARGV[3], id)
+end
+return ids
 `)

@@ -29,6 +29,8 @@ type Options struct {
 //	<prefix>:{R}:fc:<n>   string: how many failures step n has recorded
 //	<prefix>:runs         zset: run id scored by creation time (unix ms)
 //	<prefix>:workflows    hash: "name@version" -> workflow JSON
+//	<prefix>:due          zset: deadline index, run id scored by due time or,
+//	                      while claimed, by the end of the lease (unix ms)
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -82,6 +84,7 @@ func (s *Store) failureCountKey(id string, n int) string {
 }
 func (s *Store) runsKey() string      { return s.prefix + ":runs" }
 func (s *Store) workflowsKey() string { return s.prefix + ":workflows" }
+func (s *Store) dueKey() string       { return s.prefix + ":due" }
 
 // scriptCode maps a write script's negative reply to a sentinel.
 func scriptCode(code int64) error {

@@ -1,0 +1,233 @@
+package checkpointtest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// The deadline index tests pass now explicitly and never sleep: a lease
+// "passes" by claiming with a later now.
+
+const lease = 200 * time.Millisecond
+
+func mustIndexDue(t *testing.T, s checkpoint.Store, id string, at time.Time) {
+	t.Helper()
+	if err := s.IndexDue(ctx(t), id, at); err != nil {
+		t.Fatalf("IndexDue(%s, %v): %v", id, at, err)
+	}
+}
+
+func mustUnindexDue(t *testing.T, s checkpoint.Store, id string) {
+	t.Helper()
+	if err := s.UnindexDue(ctx(t), id); err != nil {
+		t.Fatalf("UnindexDue(%s): %v", id, err)
+	}
+}
+
+// wantClaim claims with limit at now and checks the ids, in order.
+func wantClaim(t *testing.T, s checkpoint.Store, what string, now time.Time, limit int, want ...string) {
+	t.Helper()
+	got, err := s.ClaimDue(ctx(t), now, limit, lease)
+	if err != nil {
+		t.Fatalf("%s: ClaimDue(%v, %d): %v", what, now, limit, err)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("%s: ClaimDue(%v, %d) = %q, want %q", what, now, limit, got, want)
+	}
+}
+
+func testDueClaimOnce(t *testing.T, s checkpoint.Store) {
+	wantClaim(t, s, "empty index", base.Add(time.Hour), 10)
+
+	at := base // sub-millisecond: the index counts whole milliseconds
+	mustIndexDue(t, s, "due-1", at)
+	wantClaim(t, s, "a millisecond before the deadline", at.Add(-time.Millisecond), 10)
+	wantClaim(t, s, "at the deadline", at, 10, "due-1")
+	wantClaim(t, s, "claimed, within the lease", at, 10)
+	wantClaim(t, s, "claimed, late in the lease", at.Add(lease-time.Millisecond), 10)
+	// The claimer died without unindexing: the entry comes back.
+	now := at.Add(lease + time.Millisecond)
+	wantClaim(t, s, "after the lease", now, 10, "due-1")
+	wantClaim(t, s, "claimed again, within the new lease", now.Add(lease/2), 10)
+	wantClaim(t, s, "after the second lease", now.Add(lease+time.Millisecond), 10, "due-1")
+}
+
+func testDueReindex(t *testing.T, s checkpoint.Store) {
+	mustIndexDue(t, s, "re-1", base.Add(time.Minute))
+	mustIndexDue(t, s, "re-1", base.Add(time.Hour)) // replaces, not adds
+	wantClaim(t, s, "after the replaced time", base.Add(time.Minute), 10)
+	wantClaim(t, s, "at the new time", base.Add(time.Hour), 10, "re-1")
+	wantClaim(t, s, "claimed once only", base.Add(time.Hour), 10)
+
+	// Re-indexing a claimed entry (a reminder's next deadline) ends its
+	// lease: it is due at the new time, even within the old lease.
+	mustIndexDue(t, s, "re-1", base.Add(time.Hour+lease/4))
+	wantClaim(t, s, "before the new time", base.Add(time.Hour+lease/8), 10)
+	wantClaim(t, s, "re-indexed within the old lease", base.Add(time.Hour+lease/4), 10, "re-1")
+
+	// An earlier time brings an entry forward.
+	mustIndexDue(t, s, "re-2", base.Add(2*time.Hour))
+	mustIndexDue(t, s, "re-2", base.Add(time.Second))
+	wantClaim(t, s, "brought forward", base.Add(time.Second), 10, "re-2")
+}
+
+func testDueUnindex(t *testing.T, s checkpoint.Store) {
+	mustUnindexDue(t, s, "never-indexed")
+
+	mustIndexDue(t, s, "un-a", base)
+	mustIndexDue(t, s, "un-b", base.Add(time.Second))
+	mustIndexDue(t, s, "un-c", base.Add(2*time.Second))
+	mustUnindexDue(t, s, "un-a")
+	mustUnindexDue(t, s, "un-a") // twice is fine
+	wantClaim(t, s, "after unindexing un-a", base.Add(time.Hour), 10, "un-b", "un-c")
+
+	// A claimed entry the scheduler is done with stays gone after its lease.
+	mustUnindexDue(t, s, "un-b")
+	wantClaim(t, s, "after the lease of unindexed un-b", base.Add(time.Hour+2*lease), 10, "un-c")
+
+	// Indexing again after a removal works (a run that parks again).
+	mustIndexDue(t, s, "un-a", base.Add(3*time.Second))
+	wantClaim(t, s, "re-indexed after removal", base.Add(3*time.Second), 10, "un-a")
+}
+
+func testDueLimitAndOrder(t *testing.T, s checkpoint.Store) {
+	// Indexed out of order; each id's number is its offset in seconds.
+	for _, n := range []int{7, 2, 9, 0, 5, 3, 8, 1, 6, 4, 11, 10} {
+		mustIndexDue(t, s, fmt.Sprintf("ord-%02d", n), base.Add(time.Duration(n)*time.Second))
+	}
+	now := base.Add(9900 * time.Millisecond) // ord-10 and ord-11 not yet due
+	// The leases taken at now last until after ord-10 is due.
+	wantClaim(t, s, "first 3", now, 3, "ord-00", "ord-01", "ord-02")
+	wantClaim(t, s, "next 4", now, 4, "ord-03", "ord-04", "ord-05", "ord-06")
+	wantClaim(t, s, "the rest that is due", now, 10, "ord-07", "ord-08", "ord-09")
+	wantClaim(t, s, "nothing more is due", now, 10)
+	wantClaim(t, s, "one more second", base.Add(10*time.Second), 1, "ord-10")
+
+}
+
+// An entry whose lease lapsed ranks by the lease's end, between entries
+// due before and after it.
+func testDueLapsedLeaseOrder(t *testing.T, s checkpoint.Store) {
+	mustIndexDue(t, s, "o-late", base)
+	wantClaim(t, s, "o-late", base, 10, "o-late")
+	mustIndexDue(t, s, "o-c", base.Add(lease+50*time.Millisecond))
+	mustIndexDue(t, s, "o-b", base.Add(lease-50*time.Millisecond))
+	mustIndexDue(t, s, "o-a", base.Add(-time.Second))
+	wantClaim(t, s, "in claimable order", base.Add(2*lease), 10, "o-a", "o-b", "o-late", "o-c")
+}
+
+// Schedulers sweep at once: every due entry must reach exactly one of them.
+func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
+	const (
+		entries  = 1000
+		claimers = 5
+		limit    = 50
+	)
+	ids := make([]string, entries)
+	var wg sync.WaitGroup
+	errs := make(chan error, entries)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("conc-%04d", i)
+	}
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < entries; i += 10 {
+				if err := s.IndexDue(ctx(t), ids[i], base.Add(time.Duration(i)*time.Millisecond)); err != nil {
+					errs <- fmt.Errorf("IndexDue(%s): %w", ids[i], err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	now := base.Add(time.Hour)
+	const longLease = time.Minute // outlasts the test: a claim is never handed out twice
+	claimed := make([][]string, claimers)
+	rounds := make([]int, claimers)
+	cerrs := make([]error, claimers)
+	start := make(chan struct{})
+	began := time.Now()
+	for c := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for {
+				got, err := s.ClaimDue(ctx(t), now, limit, longLease)
+				if err != nil {
+					cerrs[c] = err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				if len(got) > limit {
+					cerrs[c] = fmt.Errorf("ClaimDue returned %d ids, limit %d", len(got), limit)
+					return
+				}
+				rounds[c]++
+				claimed[c] = append(claimed[c], got...)
+				for _, id := range got {
+					if err := s.UnindexDue(ctx(t), id); err != nil {
+						cerrs[c] = err
+						return
+					}
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("%d claimers took %v to claim and unindex %d entries (rounds per claimer %v)",
+		claimers, time.Since(began).Round(time.Millisecond), entries, rounds)
+	if err := errors.Join(cerrs...); err != nil {
+		t.Fatal(err)
+	}
+	times := make(map[string]int, entries)
+	for _, got := range claimed {
+		for _, id := range got {
+			times[id]++
+		}
+	}
+	for _, id := range ids {
+		if times[id] != 1 {
+			t.Errorf("%s claimed %d times, want once", id, times[id])
+		}
+	}
+	if len(times) != entries {
+		t.Errorf("%d distinct ids claimed, want %d", len(times), entries)
+	}
+	// Everything was unindexed: nothing comes back after the leases.
+	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
+}
+
+func testDueInvalid(t *testing.T, s checkpoint.Store) {
+	for _, id := range []string{"", "a.b", "a*", "a>", "a b", "a{b}", strings.Repeat("x", 129)} {
+		wantErr(t, fmt.Sprintf("IndexDue(%q)", id), s.IndexDue(ctx(t), id, base), checkpoint.ErrNotFound)
+		wantErr(t, fmt.Sprintf("UnindexDue(%q)", id), s.UnindexDue(ctx(t), id), checkpoint.ErrNotFound)
+	}
+	mustIndexDue(t, s, "valid-1", base)
+	for _, tc := range []struct {
+		limit int
+		lease time.Duration
+	}{{0, lease}, {-1, lease}, {10, 0}, {10, -time.Second}, {10, time.Microsecond}} {
+		if got, err := s.ClaimDue(ctx(t), base.Add(time.Hour), tc.limit, tc.lease); err == nil {
+			t.Errorf("ClaimDue(limit %d, lease %v) = %q, want an error", tc.limit, tc.lease, got)
+		}
+	}
+	// Nothing was indexed by the refused calls, and valid-1 was not claimed.
+	wantClaim(t, s, "after invalid calls", base.Add(time.Hour), 100, "valid-1")
+}

@@ -1,0 +1,68 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The deadline index is one global ZSET, <prefix>:due: member run id, score
+// the due time in unix milliseconds. A claim moves an entry's score to the
+// end of its lease, which hides it from other claimers until then and
+// brings it back if the claimer dies. It is written outside the per-run
+// scripts (a different Cluster slot); the scheduler repairs a missing entry
+// from the run records.
+
+// IndexDue puts id in the deadline index at at (millisecond resolution),
+// replacing an earlier entry and any lease on it.
+func (s *Store) IndexDue(ctx context.Context, id string, at time.Time) error {
+	if err := readID(id); err != nil {
+		return fmt.Errorf("index due: %w", err)
+	}
+	z := redis.Z{Score: float64(at.UnixMilli()), Member: id}
+	if err := s.rdb.ZAdd(ctx, s.dueKey(), z).Err(); err != nil {
+		return fmt.Errorf("index due %s: %w", id, err)
+	}
+	return nil
+}
+
+// UnindexDue removes id from the deadline index; an absent id is no error.
+func (s *Store) UnindexDue(ctx context.Context, id string) error {
+	if err := readID(id); err != nil {
+		return fmt.Errorf("unindex due: %w", err)
+	}
+	if err := s.rdb.ZRem(ctx, s.dueKey(), id).Err(); err != nil {
+		return fmt.Errorf("unindex due %s: %w", id, err)
+	}
+	return nil
+}
+
+// ClaimDue claims up to limit ids due at or before now, earliest first, in
+// one script: the read and the lease are atomic, so two schedulers never
+// get the same entry while its lease runs.
+func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error) {
+	if err := checkClaim(limit, lease); err != nil {
+		return nil, fmt.Errorf("claim due: %w", err)
+	}
+	ids, err := claimDueScript.Run(ctx, s.rdb, []string{s.dueKey()},
+		strconv.FormatInt(now.UnixMilli(), 10), limit,
+		strconv.FormatInt(now.Add(lease).UnixMilli(), 10)).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("claim due: %w", err)
+	}
+	return ids, nil
+}
+
+// checkClaim refuses a claim that could never hide anything.
+func checkClaim(limit int, lease time.Duration) error {
+	if limit < 1 {
+		return fmt.Errorf("limit %d: claim at least one entry", limit)
+	}
+	if lease < time.Millisecond {
+		return fmt.Errorf("lease %v: leases count in milliseconds, use at least 1ms", lease)
+	}
+	return nil
+}
