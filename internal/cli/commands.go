@@ -76,7 +76,7 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("runs: want list, show RUN or cancel RUN")
+		return usagef("runs: want list, show RUN, cancel RUN or redrive RUN")
 	}
 	switch args[0] {
 	case "list":
@@ -85,8 +85,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdRunsShow(ctx, args[1:], stdout, stderr)
 	case "cancel":
 		return cmdRunsCancel(ctx, args[1:], stdout, stderr)
+	case "redrive":
+		return cmdRunsRedrive(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("runs: unknown subcommand %q (list, show, cancel)", args[0])
+	return usagef("runs: unknown subcommand %q (list, show, cancel, redrive)", args[0])
 }
 
 func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

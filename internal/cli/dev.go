@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/devenv"
+	"github.com/durable-run/durable/internal/scheduler"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/worker"
 )
 
@@ -49,7 +51,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log := newLogger(stderr, "dev")
 	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
 	var wg sync.WaitGroup
-	errs := make(chan error, *workers)
+	errs := make(chan error, *workers+1)
 	for i := range *workers {
 		wlog := newLogger(stderr, "worker").With().Int("worker", i+1).Logger()
 		s, err := c.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
@@ -70,6 +72,25 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}()
 	}
+	{
+		slog := newLogger(stderr, "scheduler")
+		s, err := c.open(ctx, "durable-dev-scheduler", slog)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.js, s.store), Logger: &slog})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sch.Run(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
 	store := "JetStream KV (bucket durable)"
 	if *redisURL != "" {
 		store = "Redis " + redactURL(*redisURL)
@@ -80,6 +101,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   payments API    %s
   data            %s
   workers         %d in-process
+  scheduler       in-process (expired waits, timers, stuck runs)
 Try:
   durable start claim --id claim-0001
   durable runs list

@@ -22,10 +22,17 @@ const (
 	StepStream = "DURABLE_STEPS"
 	// DLQStream holds dead letters on durable.dlq.<workflow>.<run>.
 	DLQStream = "DURABLE_DLQ"
+	// EventStream holds run events (reminders, status changes) on
+	// durable.events.<workflow>.<kind>.
+	EventStream = "DURABLE_EVENTS"
 
-	stepPrefix = "durable.step."
-	dlqPrefix  = "durable.dlq."
+	stepPrefix  = "durable.step."
+	dlqPrefix   = "durable.dlq."
+	eventPrefix = "durable.events."
 )
+
+// EventSubject is the subject of a run event of a workflow.
+func EventSubject(workflow, kind string) string { return eventPrefix + workflow + "." + kind }
 
 var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
@@ -128,6 +135,34 @@ func DLQStreamConfig(c Config) jetstream.StreamConfig {
 	}
 }
 
+// EventStreamConfig is the run events stream's configuration.
+func EventStreamConfig(c Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventStream,
+		Description: "durable run events: durable.events.<workflow>.<kind>",
+		Subjects:    []string{eventPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(c.Replicas, 1),
+		MaxAge:      orDefault(c.MaxAge, 7*24*time.Hour),
+		Duplicates:  orDefault(c.Duplicates, 2*time.Minute),
+	}
+}
+
+// PublishEvent publishes a run event, deduplicated by id.
+func PublishEvent(ctx context.Context, js jetstream.JetStream, workflow, kind, id string, body any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	msg := &nats.Msg{Subject: EventSubject(workflow, kind), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish %s event %s: %w", kind, id, err)
+	}
+	return nil
+}
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -139,7 +174,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // are left as they are: an operator may have tuned them (R3, retention),
 // and a worker starting must not undo that. Idempotent.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
-	for _, sc := range []jetstream.StreamConfig{StepStreamConfig(c), DLQStreamConfig(c)} {
+	for _, sc := range []jetstream.StreamConfig{StepStreamConfig(c), DLQStreamConfig(c), EventStreamConfig(c)} {
 		_, err := js.Stream(ctx, sc.Name)
 		if err == nil {
 			continue
@@ -225,13 +260,13 @@ type DeadLetter struct {
 
 // PublishDeadLetter publishes d on the dead-letter stream, deduplicated per
 // run, step and generation (a redriven run that dies again is a new letter).
-func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter, generation int) error {
+func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter, generation string) error {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: DLQSubject(d.Workflow, d.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead"+strconv.Itoa(generation))
+	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead:"+generation)
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish dead letter %s:%d: %w", d.RunID, d.Step, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -28,6 +29,11 @@ var (
 	ErrNotWaiting = errors.New("run is not waiting for approval")
 	// ErrStaleHash: the approval names a payload other than the one pending.
 	ErrStaleHash = errors.New("approval names a payload that is not the pending one")
+	// ErrForbidden: the decider is not in the group the request names, or
+	// the four-eyes rule forbids them (they started the run).
+	ErrForbidden = errors.New("not allowed to decide this run")
+	// ErrWrongStep: the decision names a step other than the parked one.
+	ErrWrongStep = errors.New("decision names another step")
 	// ErrNotActive: the run already ended.
 	ErrNotActive = errors.New("run already ended")
 	// ErrNotFound: no such run.
@@ -129,10 +135,11 @@ func (c *Client) publish(ctx context.Context, run checkpoint.Run, msgID string) 
 
 // Channels through which a decision arrives.
 const (
-	ChannelCLI   = "cli"
-	ChannelAPI   = "api"
-	ChannelPage  = "page"
-	ChannelEvent = "event"
+	ChannelCLI       = "cli"
+	ChannelAPI       = "api"
+	ChannelPage      = "page"
+	ChannelEvent     = "event"
+	ChannelScheduler = "scheduler"
 )
 
 // Decision approves or rejects a parked run.
@@ -145,6 +152,13 @@ type Decision struct {
 	Channel string
 	// PayloadSHA256, when set, must name the pending payload.
 	PayloadSHA256 string
+	// Step, when set, must be the parked step.
+	Step int
+	// Groups, when not nil, are the decider's groups: one must be the
+	// group the request names. Nil means an operator (the CLI), unchecked.
+	Groups []string
+	// FourEyes refuses a decision by the identity that started the run.
+	FourEyes bool
 }
 
 // Decide records the decision on the parked run and resumes it: the parked
@@ -158,6 +172,9 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 		if err != nil {
 			return run, fmt.Errorf("run %s: %w", d.RunID, err)
 		}
+		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitTimer {
+			return run, fmt.Errorf("run %s sleeps until %s (a timer, not an approval): %w", run.ID, run.Wait.Deadline.Format(time.RFC3339), ErrNotWaiting)
+		}
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
 			c.republishResume(ctx, run)
 			msg := fmt.Sprintf("run %s is %s at step %d", run.ID, run.Status, run.Step)
@@ -168,8 +185,17 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 			return run, fmt.Errorf("%s: %w", msg, ErrNotWaiting)
 		}
 		w := run.Wait
+		if d.Step != 0 && d.Step != w.Step {
+			return run, fmt.Errorf("run %s waits at step %d, the decision names step %d: %w", run.ID, w.Step, d.Step, ErrWrongStep)
+		}
 		if d.PayloadSHA256 != "" && d.PayloadSHA256 != w.PayloadSHA256 {
 			return run, fmt.Errorf("run %s: pending payload is %s, not %s: %w", run.ID, w.PayloadSHA256, d.PayloadSHA256, ErrStaleHash)
+		}
+		if d.Groups != nil && !slices.Contains(d.Groups, w.Group) {
+			return run, fmt.Errorf("run %s waits for group %s; %s is in %v: %w", run.ID, w.Group, d.By, d.Groups, ErrForbidden)
+		}
+		if d.FourEyes && run.StartedBy != "" && run.StartedBy == d.By {
+			return run, fmt.Errorf("run %s was started by %s, who may not also approve it (four-eyes rule): %w", run.ID, d.By, ErrForbidden)
 		}
 		decision := checkpoint.DecisionApproved
 		if d.Reject {
@@ -180,6 +206,10 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 		next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
 			Step: w.Step, By: d.By, At: now, Decision: decision, Channel: d.Channel,
 			PayloadSHA256: w.PayloadSHA256, Payload: w.Payload, Reason: d.Reason,
+		})
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
+			Kind: checkpoint.AuditDecision, Step: w.Step, At: now, By: d.By, Channel: d.Channel,
+			Group: w.Group, Decision: decision, PayloadSHA256: w.PayloadSHA256, Reason: d.Reason,
 		})
 		next.Status, next.Step, next.StepName = checkpoint.StatusRunning, w.Step, w.StepName
 		next.Wait = nil

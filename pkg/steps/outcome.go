@@ -19,6 +19,8 @@ const (
 	KindFail
 	// KindWait: park the run until a person or system decides.
 	KindWait
+	// KindSleep: commit the state, then go to a named step at a given time.
+	KindSleep
 )
 
 func (k Kind) String() string {
@@ -31,6 +33,8 @@ func (k Kind) String() string {
 		return "fail"
 	case KindWait:
 		return "wait"
+	case KindSleep:
+		return "sleep"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -43,6 +47,7 @@ type Outcome[S any] struct {
 	state  S
 	reason string
 	wait   *ApprovalRequest
+	until  time.Time
 }
 
 // Next moves the run to the step named step with state. The name may be chosen
@@ -67,6 +72,13 @@ func Wait[S any](state S, req ApprovalRequest) Outcome[S] {
 	return Outcome[S]{kind: KindWait, state: state, wait: &req}
 }
 
+// SleepUntil commits state and runs the step named next at time until, on
+// any worker: a durable timer. The run holds nothing while it sleeps; the
+// scheduler wakes it.
+func SleepUntil[S any](next string, state S, until time.Time) Outcome[S] {
+	return Outcome[S]{kind: KindSleep, next: next, state: state, until: until}
+}
+
 // Kind reports what the outcome decided.
 func (o Outcome[S]) Kind() Kind { return o.kind }
 
@@ -77,6 +89,8 @@ type Result struct {
 	State  json.RawMessage
 	Reason string
 	Wait   *ApprovalRequest
+	// Until is when a sleeping run wakes.
+	Until time.Time
 }
 
 // Expiry policies for approvals nobody answers.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"time"
 )
 
 // StepFunc is one step of a workflow over state S. It receives the state the
@@ -19,6 +20,15 @@ type StepFunc[S any] func(ctx context.Context, s *Context, state S) (Outcome[S],
 type StepOption func(*stepConfig)
 
 type stepConfig struct{ retry RetryPolicy }
+
+// Caps bound a run. A run that reaches one goes to the dead letters with
+// the reason. Zero means no cap.
+type Caps struct {
+	// MaxSteps a run may take (an agent loop that never finishes).
+	MaxSteps int
+	// MaxAge from the run's start (waits included).
+	MaxAge time.Duration
+}
 
 // WithRetry sets the step's retry policy.
 func WithRetry(p RetryPolicy) StepOption { return func(c *stepConfig) { c.retry = p } }
@@ -37,6 +47,7 @@ type Workflow[S any] struct {
 	steps   map[string]stepDef[S]
 	order   []string
 	init    func(input json.RawMessage) (S, error)
+	caps    Caps
 	errs    []error
 }
 
@@ -89,6 +100,18 @@ func (w *Workflow[S]) Init(fn func(input json.RawMessage) (S, error)) *Workflow[
 	w.init = fn
 	return w
 }
+
+// WithCaps sets the run caps of the workflow.
+func (w *Workflow[S]) WithCaps(c Caps) *Workflow[S] {
+	if c.MaxSteps < 0 || c.MaxAge < 0 {
+		w.errs = append(w.errs, fmt.Errorf("workflow %s: caps must not be negative", w.name))
+	}
+	w.caps = c
+	return w
+}
+
+// Caps are the run caps of the workflow.
+func (w *Workflow[S]) Caps() Caps { return w.caps }
 
 // Name of the workflow.
 func (w *Workflow[S]) Name() string { return w.name }
@@ -150,7 +173,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	if out.kind == 0 {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail or Wait", w.name, name))
 	}
-	if out.kind == KindNext {
+	if out.kind == KindNext || out.kind == KindSleep {
 		if _, ok := w.steps[out.next]; !ok {
 			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: next %w %q", w.name, name, ErrUnknownStep, out.next))
 		}
@@ -164,7 +187,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	if err != nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: encode state: %w", w.name, name, err))
 	}
-	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait}, nil
+	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait, Until: out.until}, nil
 }
 
 // Definition is a workflow as the engine sees it, whatever its state type.
@@ -175,6 +198,7 @@ type Definition interface {
 	FirstStep() string
 	StepNames() []string
 	Retry(step string) RetryPolicy
+	Caps() Caps
 	Validate() error
 	// Execute runs a step. first is set for the run's first step, whose
 	// state is the run input.

@@ -61,6 +61,9 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		switch cp.Status {
 		case checkpoint.StatusRunning:
 			next.Step, next.StepName = cp.Step+1, cp.Next
+		case checkpoint.StatusWaiting:
+			next.Step, next.StepName, next.Status = cp.Step+1, cp.Next, checkpoint.StatusWaiting
+			next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At, Deadline: cp.WakeAt}
 		default:
 			next.Status = cp.Status
 		}
@@ -183,6 +186,10 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		w.done(run.Workflow, run.StepName, "error", d)
 		return
 	}
+	if reason := capReached(def, run); reason != "" {
+		w.deadLetter(ctx, d, run, reason)
+		return
+	}
 
 	// 2. Run the step from checkpoint n-1's state (the input for step 1).
 	state := run.Input
@@ -224,6 +231,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	}
 	next := run
 	next.UpdatedAt = cp.At
+	next.Steps = run.Steps + 1
 	switch res.Kind {
 	case steps.KindNext:
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
@@ -234,6 +242,13 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	case steps.KindFail:
 		cp.Status = checkpoint.StatusFailed
 		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
+	case steps.KindSleep:
+		// Committed like a step that goes on, but the run waits for its
+		// timer instead of publishing the next step.
+		cp.Next, cp.Status, cp.WakeAt = res.Next, checkpoint.StatusWaiting, res.Until.UTC()
+		next.Step, next.StepName = m.Step+1, res.Next
+		next.Status = checkpoint.StatusWaiting
+		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: m.Step + 1, StepName: res.Next, Since: cp.At, Deadline: res.Until.UTC()}
 	}
 	size := checkpointSize(cp)
 	warn, err := w.cfg.Budget.Check(run.ID, m.Step, size)
@@ -256,6 +271,11 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	case err != nil:
 		w.retryTransient(d, "commit", err)
 		return
+	}
+	if committed.Wait != nil && committed.Wait.Kind == checkpoint.WaitTimer {
+		if err := w.cfg.Store.IndexDue(ctx, run.ID, committed.Wait.Deadline); err != nil {
+			d.log.Warn().Err(err).Msg("timer not indexed; the scheduler will repair it")
+		}
 	}
 	w.c.committed.Add(1)
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
@@ -336,6 +356,15 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 	next := run
 	next.Status = checkpoint.StatusWaiting
 	next.UpdatedAt = now
+	kind, reason := checkpoint.AuditParked, ""
+	if prior := approvalsFor(run, d.m.Step); len(prior) > 0 {
+		// Resumed by a decision on another payload: the facts changed.
+		kind = checkpoint.AuditReparked
+		reason = "the payload changed since the decision of " + prior[len(prior)-1].By + " on " + prior[len(prior)-1].PayloadSHA256
+	}
+	next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
+		Kind: kind, Step: d.m.Step, At: now, Group: req.Group, PayloadSHA256: steps.SHA256Hex(payload), Reason: reason,
+	})
 	next.Wait = &checkpoint.Wait{
 		Step: d.m.Step, StepName: run.StepName, Payload: payload,
 		PayloadSHA256: steps.SHA256Hex(payload), Group: req.Group,
@@ -350,6 +379,11 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 		}
 		w.retryTransient(d, "park", err)
 		return
+	}
+	// The deadline index is a separate write (a global key); if it is lost
+	// the scheduler's repair pass finds the waiting run and indexes it.
+	if err := w.cfg.Store.IndexDue(ctx, run.ID, next.Wait.Deadline); err != nil {
+		d.log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
 	}
 	w.c.parked.Add(1)
 	d.log.Info().Str("group", req.Group).Str("payload_sha256", next.Wait.PayloadSHA256).Time("deadline", next.Wait.Deadline).Msg("run parked for approval")
@@ -379,7 +413,8 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 			w.retryTransient(d, "record failure", ferr)
 			return
 		}
-		if failures >= policy.Attempts {
+		// A redrive grants the step a fresh set of attempts.
+		if failures >= policy.Attempts*(run.Redrives+1) {
 			w.deadLetter(ctx, d, run, fmt.Sprintf("step %s failed %d times: %v", run.StepName, failures, err))
 			return
 		}
@@ -414,7 +449,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 // publishDeadLetter publishes the dead letter of a dead run and acks.
 func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, run checkpoint.Run) {
 	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.Step, StepName: run.StepName, Reason: run.Error, Attempt: d.attempt, At: run.UpdatedAt}
-	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl, run.Resumes); err != nil {
+	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl, fmt.Sprintf("%d.%d", run.Resumes, run.Redrives)); err != nil {
 		w.retryTransient(d, "dead letter", err)
 		return
 	}
@@ -483,6 +518,19 @@ func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition,
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	return def.Execute(ctx, sctx, name, state, first)
+}
+
+// capReached says which of the workflow's run caps the run has reached
+// before running another step, or "".
+func capReached(def steps.Definition, run checkpoint.Run) string {
+	caps := def.Caps()
+	switch {
+	case caps.MaxSteps > 0 && run.Steps >= caps.MaxSteps:
+		return fmt.Sprintf("max steps reached: %d steps taken, the cap is %d", run.Steps, caps.MaxSteps)
+	case caps.MaxAge > 0 && time.Since(run.CreatedAt) > caps.MaxAge:
+		return fmt.Sprintf("max age reached: started %s ago, the cap is %s", time.Since(run.CreatedAt).Round(time.Second), caps.MaxAge)
+	}
+	return ""
 }
 
 // approvalsFor returns the decisions recorded for step n of run.

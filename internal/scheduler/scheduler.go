@@ -1,0 +1,215 @@
+// Package scheduler sweeps what no worker holds: waits whose deadline
+// passed (expiry policies, durable timers) and runs that stopped making
+// progress. Several replicas run at once safely: each due entry is claimed
+// by one of them, and every change is a compare-and-set on the run.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+// Config configures a scheduler. Zero values take the defaults documented.
+type Config struct {
+	// Client applies expiry policies and repairs. Required.
+	Client *client.Client
+	// Interval between sweeps of the deadline index. Default 1s.
+	Interval time.Duration
+	// Batch is how many due entries one claim takes. Default 100.
+	Batch int
+	// Lease hides a claimed entry from other schedulers; an entry whose
+	// scheduler died is claimed again after it. Default 30s.
+	Lease time.Duration
+	// RepairInterval between passes over the run records that repair the
+	// deadline index and re-publish stuck runs. Default 30s.
+	RepairInterval time.Duration
+	// StuckAfter: a running run whose record has not changed for this long
+	// gets its step message published again. Set it to a multiple of your
+	// longest step time (heartbeating steps don't count as progress here).
+	// Default 5m.
+	StuckAfter time.Duration
+	// Logger. Default: no logs.
+	Logger *zerolog.Logger
+	// Now is the clock, for tests. Default time.Now.
+	Now func() time.Time
+}
+
+// Stats counts what a scheduler did.
+type Stats struct {
+	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
+}
+
+// Scheduler sweeps due waits and stuck runs.
+type Scheduler struct {
+	cfg   Config
+	log   zerolog.Logger
+	store checkpoint.Store
+	c     struct {
+		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors atomic.Int64
+	}
+}
+
+// New validates cfg.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("scheduler: Config.Client is required")
+	}
+	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
+		return nil, errors.New("scheduler: durations and sizes must not be negative")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Batch == 0 {
+		cfg.Batch = 100
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 30 * time.Second
+	}
+	if cfg.RepairInterval == 0 {
+		cfg.RepairInterval = 30 * time.Second
+	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Scheduler{cfg: cfg, store: cfg.Client.Store(), log: zerolog.Nop()}
+	if cfg.Logger != nil {
+		s.log = *cfg.Logger
+	}
+	return s, nil
+}
+
+// Stats returns the counters.
+func (s *Scheduler) Stats() Stats {
+	return Stats{
+		Claimed: s.c.claimed.Load(), Rejected: s.c.rejected.Load(), Escalated: s.c.escalated.Load(),
+		Reminded: s.c.reminded.Load(), Woke: s.c.woke.Load(), Repaired: s.c.repaired.Load(),
+		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(),
+	}
+}
+
+// Run sweeps until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.log.Info().Dur("interval", s.cfg.Interval).Dur("stuck_after", s.cfg.StuckAfter).Msg("scheduler started")
+	sweep := time.NewTicker(s.cfg.Interval)
+	defer sweep.Stop()
+	repair := time.NewTicker(s.cfg.RepairInterval)
+	defer repair.Stop()
+	s.Repair(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			s.log.Info().Msg("scheduler stopped")
+			return nil
+		case <-sweep.C:
+			s.Sweep(ctx)
+		case <-repair.C:
+			s.Repair(ctx)
+		}
+	}
+}
+
+// Sweep claims due entries in batches until none is left and applies
+// their policies. It returns how many entries it handled.
+func (s *Scheduler) Sweep(ctx context.Context) int {
+	handled := 0
+	for ctx.Err() == nil {
+		now := s.cfg.Now()
+		ids, err := s.store.ClaimDue(ctx, now, s.cfg.Batch, s.cfg.Lease)
+		if err != nil {
+			s.c.errors.Add(1)
+			s.log.Warn().Err(err).Msg("claim due waits")
+			return handled
+		}
+		if len(ids) == 0 {
+			return handled
+		}
+		s.c.claimed.Add(int64(len(ids)))
+		for _, id := range ids {
+			s.expire(ctx, id, now)
+			handled++
+		}
+	}
+	return handled
+}
+
+func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
+	log := s.log.With().Str("run_id", id).Logger()
+	res, err := s.cfg.Client.Expire(ctx, id, now)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		_ = s.store.UnindexDue(ctx, id)
+		return
+	}
+	if err != nil {
+		// Left claimed: after the lease another pass (or scheduler) retries.
+		s.c.errors.Add(1)
+		log.Warn().Err(err).Msg("apply expiry policy")
+		return
+	}
+	switch res.Action {
+	case client.ExpireRejected:
+		s.c.rejected.Add(1)
+	case client.ExpireEscalated:
+		s.c.escalated.Add(1)
+	case client.ExpireReminded:
+		s.c.reminded.Add(1)
+	case client.ExpireWoke:
+		s.c.woke.Add(1)
+	}
+	if res.Action != client.ExpireNone {
+		log.Info().Str("action", res.Action).Time("next", res.Next).Msg("wait expired")
+	}
+	if res.Next.IsZero() {
+		err = s.store.UnindexDue(ctx, id)
+	} else {
+		err = s.store.IndexDue(ctx, id, res.Next)
+	}
+	if err != nil {
+		s.c.errors.Add(1)
+		log.Warn().Err(err).Msg("update deadline index")
+	}
+}
+
+// Repair walks the active runs: waiting runs missing from the deadline
+// index are indexed (the index is written after the run record, so a crash
+// between the two loses it), and running runs with no progress for
+// StuckAfter get their step published again.
+func (s *Scheduler) Repair(ctx context.Context) {
+	now := s.cfg.Now()
+	for _, status := range []checkpoint.Status{checkpoint.StatusWaiting, checkpoint.StatusRunning} {
+		runs, err := s.store.ListRuns(ctx, checkpoint.Filter{Status: status})
+		if err != nil {
+			s.c.errors.Add(1)
+			s.log.Warn().Err(err).Msg("repair: list runs")
+			return
+		}
+		for _, run := range runs {
+			switch {
+			case run.Status == checkpoint.StatusWaiting && run.Wait != nil && now.Sub(run.Wait.Deadline) > 2*s.cfg.Lease+s.cfg.Interval:
+				// Overdue past any claim's lease: its index entry is lost.
+				if err := s.store.IndexDue(ctx, run.ID, run.Wait.Deadline); err == nil {
+					s.c.reindexed.Add(1)
+					s.log.Warn().Str("run_id", run.ID).Time("deadline", run.Wait.Deadline).Msg("overdue wait was not indexed; indexed again")
+				}
+			case run.Status == checkpoint.StatusRunning && now.Sub(run.UpdatedAt) > s.cfg.StuckAfter:
+				if err := s.cfg.Client.Repair(ctx, run); err != nil {
+					s.c.errors.Add(1)
+					s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair stuck run")
+					continue
+				}
+				s.c.repaired.Add(1)
+				s.log.Warn().Str("run_id", run.ID).Int("step", run.Step).Time("updated_at", run.UpdatedAt).Msg("stuck run: step published again")
+			}
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// What Expire did.
+const (
+	ExpireNone      = "none"      // nothing due (decided, or the deadline moved)
+	ExpireRejected  = "rejected"  // the policy rejected; the step runs again with it
+	ExpireEscalated = "escalated" // the request moved to another group with a new TTL
+	ExpireReminded  = "reminded"  // a reminder went out; the TTL starts again
+	ExpireWoke      = "woke"      // a durable timer fired
+)
+
+// ExpireResult says what Expire did and when the run is due next (zero
+// when it no longer is).
+type ExpireResult struct {
+	Action string
+	Next   time.Time
+}
+
+// Reminder is the body of a reminder event, published on
+// durable.events.<workflow>.reminder for whoever notifies the approvers.
+type Reminder struct {
+	RunID         string    `json:"run_id"`
+	Workflow      string    `json:"workflow"`
+	Step          int       `json:"step"`
+	Group         string    `json:"group"`
+	PayloadSHA256 string    `json:"payload_sha256"`
+	Deadline      time.Time `json:"deadline"`
+	Left          int       `json:"reminders_left"`
+}
+
+// Expire applies the policy of a wait whose deadline passed at now: wake a
+// timer, or for an approval reject, escalate or remind. The change is a
+// compare-and-set on the run, so however many schedulers call it for the
+// same deadline, the policy is applied once.
+func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireResult, error) {
+	for {
+		run, err := c.store.GetRun(ctx, id)
+		if err != nil {
+			return ExpireResult{}, fmt.Errorf("run %s: %w", id, err)
+		}
+		w := run.Wait
+		if run.Status != checkpoint.StatusWaiting || w == nil {
+			return ExpireResult{Action: ExpireNone}, nil
+		}
+		if now.Before(w.Deadline) {
+			return ExpireResult{Action: ExpireNone, Next: w.Deadline}, nil
+		}
+		res, next, publish := expireRun(run, now)
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue // decided or expired by someone else meanwhile: look again
+		}
+		if err != nil {
+			return ExpireResult{}, fmt.Errorf("expire %s: %w", id, err)
+		}
+		if err := publish(ctx, c, stored); err != nil {
+			return res, err
+		}
+		return res, nil
+	}
+}
+
+// expireRun computes the run after its wait expired, and what to publish.
+func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run, func(context.Context, *Client, checkpoint.Run) error) {
+	w := *run.Wait
+	next := run
+	next.UpdatedAt = now
+	audit := func(e checkpoint.AuditEntry) {
+		e.Step, e.At, e.Channel, e.By = w.Step, now, ChannelScheduler, "scheduler"
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), e)
+	}
+	ttl := w.Deadline.Sub(w.Since)
+	if ttl <= 0 {
+		ttl = time.Minute
+	}
+	if w.Kind == checkpoint.WaitTimer {
+		next.Status, next.Wait = checkpoint.StatusRunning, nil
+		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditTimer, Reason: "timer set for " + w.Deadline.Format(time.RFC3339Nano) + " fired"})
+		return ExpireResult{Action: ExpireWoke}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
+			return c.publish(ctx, r, fmt.Sprintf("%s:%d:wake", r.ID, r.Step))
+		}
+	}
+	switch {
+	case w.OnExpiry == "escalate" && w.EscalateTo != "":
+		nw := w
+		nw.Group, nw.EscalateTo, nw.OnExpiry = w.EscalateTo, "", "reject"
+		nw.Since, nw.Deadline = now, now.Add(ttl)
+		next.Wait = &nw
+		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditEscalated, Group: nw.Group, PayloadSHA256: w.PayloadSHA256,
+			Reason: fmt.Sprintf("no decision by %s within %s; escalated to %s", w.Group, ttl, nw.Group)})
+		return ExpireResult{Action: ExpireEscalated, Next: nw.Deadline}, next, noPublish
+	case w.OnExpiry == "remind" && w.Reminders > 0:
+		nw := w
+		nw.Reminders--
+		nw.Since, nw.Deadline = now, now.Add(ttl)
+		next.Wait = &nw
+		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditReminded, Group: w.Group, PayloadSHA256: w.PayloadSHA256,
+			Reason: fmt.Sprintf("no decision by %s within %s; reminder sent, %d left", w.Group, ttl, nw.Reminders)})
+		return ExpireResult{Action: ExpireReminded, Next: nw.Deadline}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
+			rem := Reminder{RunID: r.ID, Workflow: r.Workflow, Step: w.Step, Group: w.Group, PayloadSHA256: w.PayloadSHA256, Deadline: nw.Deadline, Left: nw.Reminders}
+			return queue.PublishEvent(ctx, c.js, r.Workflow, "reminder", fmt.Sprintf("%s:%d:remind%d:%d", r.ID, w.Step, r.Resumes, nw.Reminders), rem)
+		}
+	}
+	reason := fmt.Sprintf("expired: no decision by %s within %s", w.Group, ttl)
+	next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
+		Step: w.Step, By: "scheduler", At: now, Decision: checkpoint.DecisionRejected, Channel: ChannelScheduler,
+		PayloadSHA256: w.PayloadSHA256, Payload: w.Payload, Reason: reason,
+	})
+	audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Group: w.Group, Decision: checkpoint.DecisionRejected, PayloadSHA256: w.PayloadSHA256, Reason: reason})
+	next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
+	next.Resumes++
+	return ExpireResult{Action: ExpireRejected}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
+		return c.publish(ctx, r, resumeID(r))
+	}
+}
+
+func noPublish(context.Context, *Client, checkpoint.Run) error { return nil }
+
+// Repair publishes the step at the cursor of a running run again, for a
+// run that made no progress (its message may have been lost). Harmless by
+// the step protocol when the step is in fact under way.
+func (c *Client) Repair(ctx context.Context, run checkpoint.Run) error {
+	if run.Status != checkpoint.StatusRunning {
+		return nil
+	}
+	// One id per stuck state: repeated repairs of the same state within
+	// the dedupe window are dropped.
+	return c.publish(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+}

@@ -1,0 +1,76 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// ErrNotDead: only a dead run can be redriven.
+var ErrNotDead = errors.New("run is not dead")
+
+// Redrive puts a dead run back to work at the step it died in, with a fresh
+// set of attempts. Completed steps are not run again and journaled calls
+// are replayed, so effects already made are not made twice.
+func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, error) {
+	for {
+		run, err := c.store.GetRun(ctx, id)
+		if err != nil {
+			return run, fmt.Errorf("run %s: %w", id, err)
+		}
+		if run.Status != checkpoint.StatusDead {
+			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotDead)
+		}
+		now := time.Now().UTC()
+		next := run
+		next.Status, next.UpdatedAt = checkpoint.StatusRunning, now
+		next.Redrives++
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
+			Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: by, Channel: ChannelCLI, Reason: "was dead: " + run.Error,
+		})
+		next.Error = ""
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return run, fmt.Errorf("redrive %s: %w", id, err)
+		}
+		if err := c.publish(ctx, stored, fmt.Sprintf("%s:%d:redrive%d", stored.ID, stored.Step, stored.Redrives)); err != nil {
+			return stored, fmt.Errorf("run %s set running but its step was not published; the scheduler's stuck-run repair will publish it: %w", id, err)
+		}
+		return stored, nil
+	}
+}
+
+// DeadLetters lists the dead-letter stream, oldest first.
+func (c *Client) DeadLetters(ctx context.Context) ([]queue.DeadLetter, error) {
+	st, err := c.js.Stream(ctx, queue.DLQStream)
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []queue.DeadLetter
+	if info.State.Msgs == 0 {
+		return out, nil
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue // deleted or expired
+		}
+		var dl queue.DeadLetter
+		if json.Unmarshal(m.Data, &dl) == nil {
+			out = append(out, dl)
+		}
+	}
+	return out, nil
+}
