@@ -148,7 +148,7 @@ func (d *demo) superviseWorker(ctx context.Context, n int) {
 		}
 		cmd := exec.Command(d.exe, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.Env = append(os.Environ(), "DURABLE_CRASH="+demoCrash, "DURABLE_PAYMENTS_URL="+d.env.PaymentsURL(), "DURABLE_LOG_LEVEL=info")
+		cmd.Env = append(os.Environ(), "DURABLE_CRASH="+demoCrash, "DURABLE_PAYMENTS_URL="+d.env.PaymentsURL(), "DURABLE_CLAIMS_URL="+d.env.ClaimsURL(), "DURABLE_LOG_LEVEL=info")
 		if err := cmd.Start(); err != nil {
 			d.say("worker %d did not start: %v", n, err)
 			_ = logf.Close()

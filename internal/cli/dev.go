@@ -46,6 +46,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if os.Getenv("DURABLE_PAYMENTS_URL") == "" {
 		_ = os.Setenv("DURABLE_PAYMENTS_URL", env.PaymentsURL())
 	}
+	if os.Getenv("DURABLE_CLAIMS_URL") == "" {
+		_ = os.Setenv("DURABLE_CLAIMS_URL", env.ClaimsURL())
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := newLogger(stderr, "dev")
@@ -99,6 +102,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   NATS            %s   (nats CLI: nats --server %s stream ls)
   store           %s
   payments API    %s
+  claims system   %s   (PUT {"amount": N} to edit a claim while it waits)
   data            %s
   workers         %d in-process
   scheduler       in-process (expired waits, timers, stuck runs)
@@ -107,7 +111,7 @@ Try:
   durable runs list
   durable approve claim-0001 --by you
 Ctrl-C stops.
-`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), dir, *workers)
+`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), env.ClaimsURL(), dir, *workers)
 	select {
 	case <-ctx.Done():
 	case err := <-errs:

@@ -13,10 +13,15 @@ import (
 )
 
 // ReferenceWorkflows registers the example workflows of the reference
-// worker. The claim workflow pays through DURABLE_PAYMENTS_URL.
+// worker. The claim workflow pays through DURABLE_PAYMENTS_URL and reads
+// claims from DURABLE_CLAIMS_URL (optional).
 func ReferenceWorkflows() *steps.Registry {
 	return steps.NewRegistry().MustRegister(
-		claim.New(claim.Config{PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"), HTTP: &http.Client{Timeout: 10 * time.Second}}),
+		claim.New(claim.Config{
+			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),
+			ClaimsURL:   os.Getenv("DURABLE_CLAIMS_URL"),
+			HTTP:        &http.Client{Timeout: 10 * time.Second},
+		}),
 	)
 }
 

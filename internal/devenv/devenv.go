@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/durable-run/durable/internal/claims"
 	"github.com/durable-run/durable/internal/payments"
 )
 
@@ -37,6 +38,7 @@ type Env struct {
 	NATSURL  string
 	HTTPURL  string
 	Payments *payments.Server
+	Claims   *claims.Server
 	Mux      *http.ServeMux
 	http     *http.Server
 	lis      net.Listener
@@ -45,6 +47,9 @@ type Env struct {
 
 // PaymentsURL is the base URL of the demo payments API.
 func (e *Env) PaymentsURL() string { return e.HTTPURL + "/demo/payments" }
+
+// ClaimsURL is the base URL of the demo claims system.
+func (e *Env) ClaimsURL() string { return e.HTTPURL + "/demo/claims" }
 
 // Start brings up NATS and the HTTP server. Close stops both.
 func Start(cfg Config) (*Env, error) {
@@ -86,6 +91,12 @@ func Start(cfg Config) (*Env, error) {
 		ns.Shutdown()
 		return nil, err
 	}
+	cls, err := claims.Open(filepath.Join(cfg.Dir, "claims.json"))
+	if err != nil {
+		_ = pay.Close()
+		ns.Shutdown()
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		_ = pay.Close()
@@ -95,9 +106,10 @@ func Start(cfg Config) (*Env, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/demo/payments/", http.StripPrefix("/demo/payments", pay.Handler()))
 	mux.Handle("/demo/payments", http.StripPrefix("/demo/payments", pay.Handler()))
+	mux.Handle("/demo/claims/", http.StripPrefix("/demo/claims", cls.Handler()))
 	e := &Env{
 		NATS: ns, NATSURL: ns.ClientURL(), HTTPURL: "http://" + lis.Addr().String(),
-		Payments: pay, Mux: mux, lis: lis, done: make(chan error, 1),
+		Payments: pay, Claims: cls, Mux: mux, lis: lis, done: make(chan error, 1),
 		http: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 	}
 	go func() { e.done <- e.http.Serve(lis) }()

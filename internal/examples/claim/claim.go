@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/durable-run/durable/internal/claims"
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -59,7 +60,11 @@ type Payout struct {
 type Config struct {
 	// PaymentsURL is the payments API. Default http://127.0.0.1:8080/demo/payments.
 	PaymentsURL string
-	// HTTP client for the payments API. Default: 10s timeout.
+	// ClaimsURL is the claims system the steps read the amount from
+	// (DURABLE_CLAIMS_URL; `durable dev` serves one at /demo/claims).
+	// Empty: the amount lives in the run state only.
+	ClaimsURL string
+	// HTTP client for the payments API and the claims system. Default: 10s timeout.
 	HTTP *http.Client
 }
 
@@ -72,6 +77,9 @@ func New(cfg Config) *steps.Workflow[State] {
 		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}
 	f := flow{pay: &payments.Client{BaseURL: cfg.PaymentsURL, HTTP: cfg.HTTP}}
+	if cfg.ClaimsURL != "" {
+		f.claims = &claims.Client{BaseURL: cfg.ClaimsURL, HTTP: cfg.HTTP}
+	}
 	return steps.New[State](Name, Version).
 		Init(initState).
 		Step("receive", f.receive).
@@ -105,7 +113,10 @@ func initState(raw json.RawMessage) (State, error) {
 	return st, nil
 }
 
-type flow struct{ pay *payments.Client }
+type flow struct {
+	pay    *payments.Client
+	claims *claims.Client // nil: no claims system
+}
 
 func (flow) receive(_ context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	if st.Requested < 0 {
@@ -141,12 +152,34 @@ func (flow) assess(ctx context.Context, s *steps.Context, st State) (steps.Outco
 	return steps.Next("set-amount", st), nil
 }
 
-func (flow) setAmount(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
+func (f flow) setAmount(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	st.Amount = st.Requested
+	if f.claims != nil {
+		// Register the claim in the claims system (kept if already there).
+		c, err := steps.Call(ctx, s, "register-claim", st.Requested, func(ctx context.Context) (claims.Claim, error) {
+			return f.claims.Register(ctx, s.RunID(), st.Requested)
+		})
+		if err != nil {
+			return steps.Outcome[State]{}, err
+		}
+		st.Amount = c.Amount
+	}
 	return steps.Next("approve-payout", st), nil
 }
 
-func (flow) approve(_ context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+	if f.claims != nil {
+		// Re-read the facts on every run of this step: after a resume the
+		// journal does not replay this read, so an amount edited while the
+		// run waited is seen, and the payload no longer matches the approval.
+		c, err := steps.Call(ctx, s, "read-claim", s.RunID(), func(ctx context.Context) (claims.Claim, error) {
+			return f.claims.Get(ctx, s.RunID())
+		})
+		if err != nil {
+			return steps.Outcome[State]{}, err
+		}
+		st.Amount = c.Amount
+	}
 	if st.Amount <= ApprovalThreshold {
 		return steps.Next("pay", st), nil
 	}
