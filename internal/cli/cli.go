@@ -38,6 +38,7 @@ Usage:
   durable runs show RUN [--json]
   durable runs cancel RUN
   durable approve RUN --by WHO [--reject] [--reason TEXT]
+  durable token create --file FILE --id WHO --groups G1,G2
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
@@ -67,6 +68,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdApprove(ctx, rest, stdout, stderr)
 	case "worker":
 		err = RunWorker(ctx, rest, stderr, ReferenceWorkflows)
+	case "token":
+		err = cmdToken(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -1,0 +1,33 @@
+// Package approver is the approval service: the HTTP API and inbox page
+// through which people decide parked runs, and the consumer of signed
+// approval events that external systems publish on NATS.
+//
+// Every decision goes through client.Decide, the one audited decision
+// path: the decider is the identity of a verified token (or
+// "<system>:<who>" for an event), never a name taken from the request.
+//
+//	set, _ := tokens.Load("tokens.json")
+//	srv, err := approver.New(approver.Config{Client: cl, Tokens: set, FourEyes: true, NATS: nc, EventSecrets: systems})
+//	if err != nil { ... }
+//	ln, _ := net.Listen("tcp", "127.0.0.1:8081")
+//	err = srv.Serve(ctx, ln) // the API, the page at /, and the events, until ctx ends
+//
+// HTTP API (JSON, Authorization: Bearer <token>):
+//
+//	GET  /api/approvals               pending approvals of the caller's groups, oldest first
+//	GET  /api/approvals/{run}         one pending approval
+//	POST /api/approvals/{run}/approve {"payload_sha256": "...", "reason": "...", "step": n}
+//	POST /api/approvals/{run}/reject  same body
+//
+// 401 no valid token, 403 outside the caller's groups or four-eyes, 404
+// unknown run, 409 not waiting, stale hash or wrong step, 400 malformed
+// body or no payload_sha256, 413 body over MaxBody. Errors are
+// {"error": "...", "code": "..."}.
+//
+// Events: subject durable.approvals.<system>, body Event, header
+// Durable-Signature: sha256=<hex HMAC-SHA256 of the body>. Event ids are
+// remembered in memory by the replica that handled them (several
+// approvers share the events in one queue group); a replay that reaches
+// another replica is still refused by client.Decide unless the run waits
+// again at the same step with the same payload within the ts window.
+package approver

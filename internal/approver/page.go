@@ -1,0 +1,39 @@
+package approver
+
+import (
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// inboxHTML is the inbox page: one file, no external assets. It renders
+// payloads with textContent only (a payload may hold model output).
+//
+//go:embed inbox.html
+var inboxHTML []byte
+
+// inboxCSP allows exactly the page's own inline script and style (by
+// hash) and requests to this origin: injected markup could run nothing.
+var inboxCSP = func() string {
+	hashes := func(tag string) string {
+		re := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`)
+		var out []string
+		for _, m := range re.FindAllSubmatch(inboxHTML, -1) {
+			sum := sha256.Sum256(m[1])
+			out = append(out, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
+		}
+		return strings.Join(out, " ")
+	}
+	return "default-src 'none'; script-src " + hashes("script") + "; style-src " + hashes("style") +
+		"; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+}()
+
+func (s *Server) handlePage(w http.ResponseWriter, _ *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", inboxCSP)
+	_, _ = w.Write(inboxHTML)
+}
