@@ -37,9 +37,13 @@ Usage:
   durable runs list [--status S] [--workflow W] [--json]
   durable runs show RUN [--json]
   durable runs cancel RUN
+  durable runs redrive RUN            a dead run back to its failed step
+  durable dlq list [--json]
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable token create --file FILE --id WHO --groups G1,G2
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D]
+  durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
 nats://127.0.0.1:4222), --redis URL (DURABLE_REDIS_URL; empty uses the
@@ -66,8 +70,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdRuns(ctx, rest, stdout, stderr)
 	case "approve":
 		err = cmdApprove(ctx, rest, stdout, stderr)
+	case "dlq":
+		err = cmdDLQ(ctx, rest, stdout, stderr)
 	case "worker":
 		err = RunWorker(ctx, rest, stderr, ReferenceWorkflows)
+	case "scheduler":
+		err = RunScheduler(ctx, rest, stderr)
+	case "approver":
+		err = RunApprover(ctx, rest, stderr)
 	case "token":
 		err = cmdToken(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help":
@@ -88,6 +98,15 @@ func exitCode(err error, stderr io.Writer) int {
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "durable: %v\n", err)
+	return ExitCode(err)
+}
+
+// ExitCode maps an error of a command to the process exit code: 2 for
+// usage, 3 for a missing run, 1 otherwise.
+func ExitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
 	var u usageError
 	switch {
 	case errors.As(err, &u):

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/devenv"
 	"github.com/durable-run/durable/internal/scheduler"
+	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -24,6 +27,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	concurrency := fs.Int("concurrency", 16, "steps each worker runs at once")
 	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	redisURL := fs.String("redis", os.Getenv("DURABLE_REDIS_URL"), "Redis URL for the checkpoint store; empty uses JetStream KV")
+	tokenFile := fs.String("tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -54,7 +58,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log := newLogger(stderr, "dev")
 	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
 	var wg sync.WaitGroup
-	errs := make(chan error, *workers+1)
+	errs := make(chan error, *workers+2)
 	for i := range *workers {
 		wlog := newLogger(stderr, "worker").With().Int("worker", i+1).Logger()
 		s, err := c.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
@@ -94,6 +98,36 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 		}()
 	}
+	tokPath, tokNote, err := devTokens(dir, *tokenFile)
+	if err != nil {
+		return err
+	}
+	{
+		alog := newLogger(stderr, "approver")
+		s, err := c.open(ctx, "durable-dev-approver", alog)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		set, err := tokens.Load(tokPath)
+		if err != nil {
+			return err
+		}
+		srv, err := approver.New(approver.Config{Client: client.New(s.js, s.store), Store: s.store, Tokens: set, Logger: &alog, NATS: s.nc})
+		if err != nil {
+			return err
+		}
+		// The inbox page and the API share the dev HTTP address with the
+		// demo APIs (their /demo/ routes are more specific).
+		env.Mux.Handle("/", srv.Handler())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Run(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
 	store := "JetStream KV (bucket durable)"
 	if *redisURL != "" {
 		store = "Redis " + redactURL(*redisURL)
@@ -106,12 +140,13 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
   data            %s
   workers         %d in-process
   scheduler       in-process (expired waits, timers, stuck runs)
+  approver        %s/  (inbox page and /api/approvals; %s)
 Try:
   durable start claim --id claim-0001
   durable runs list
   durable approve claim-0001 --by you
 Ctrl-C stops.
-`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), env.ClaimsURL(), dir, *workers)
+`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), env.ClaimsURL(), dir, *workers, env.HTTPURL, tokNote)
 	select {
 	case <-ctx.Done():
 	case err := <-errs:
@@ -120,4 +155,26 @@ Ctrl-C stops.
 	}
 	wg.Wait()
 	return nil
+}
+
+// devTokens returns the approver's token file for `durable dev`. Without
+// --tokens it is DATA/tokens.json, created on first start with a token for
+// dev-adjuster (groups adjusters and supervisors), which is also kept in
+// DATA/dev-token (mode 0600) so that it can be found again after a restart.
+func devTokens(dir, flagPath string) (path, note string, err error) {
+	if flagPath != "" {
+		return flagPath, "tokens from " + flagPath, nil
+	}
+	path = filepath.Join(dir, "tokens.json")
+	tokPath := filepath.Join(dir, "dev-token")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		tok, err := tokens.Create(path, "dev-adjuster", []string{"adjusters", "supervisors"})
+		if err != nil {
+			return "", "", err
+		}
+		if err := os.WriteFile(tokPath, []byte(tok+"\n"), 0o600); err != nil {
+			return "", "", err
+		}
+	}
+	return path, "dev token for dev-adjuster in " + tokPath, nil
 }
