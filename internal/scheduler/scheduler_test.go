@@ -233,3 +233,22 @@ func TestMaxStepsCap(t *testing.T) {
 		t.Errorf("%d checkpoints (%v), want 7", len(cps), err)
 	}
 }
+
+// A run that spends past its cap ends dead with the reason; the spend is
+// summed from what committed steps reported.
+func TestMaxSpendCap(t *testing.T) {
+	f := testfleet.New(t, "kv")
+	loop := steps.New[state]("spender", 1).
+		WithCaps(steps.Caps{MaxSpend: 3.5}).
+		Step("call-model", func(_ context.Context, s *steps.Context, st state) (steps.Outcome[state], error) {
+			s.Spend(1.0)
+			st.N++
+			return steps.Next("call-model", st), nil
+		})
+	f.StartWorker(steps.NewRegistry().MustRegister(loop), nil)
+	f.Start("spender", "spend-1", "")
+	dead := f.WaitStatus("spend-1", checkpoint.StatusDead, 20*time.Second)
+	if !strings.Contains(dead.Error, "max spend") || dead.Spend != 4 || dead.Steps != 4 {
+		t.Errorf("dead run: error %q, spend %v after %d steps", dead.Error, dead.Spend, dead.Steps)
+	}
+}

@@ -82,6 +82,8 @@ type Run struct {
 	Audit []AuditEntry `json:"audit,omitempty"`
 	// Redrives counts the times an operator put the dead run back to work.
 	Redrives int `json:"redrives,omitempty"`
+	// Spend sums what the run's committed steps reported (the max-spend cap).
+	Spend float64 `json:"spend,omitempty"`
 	// Steps counts the steps the run has committed (the max-steps cap).
 	Steps int `json:"steps_taken,omitempty"`
 
@@ -177,6 +179,8 @@ type Checkpoint struct {
 	// Attempt is the delivery that committed the step (1 = first).
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
+	// Spend is what the committing attempt reported spending.
+	Spend float64 `json:"spend,omitempty"`
 	// DurationMS is how long the step body ran in the committing attempt.
 	DurationMS float64 `json:"duration_ms"`
 }

@@ -55,7 +55,25 @@ type Context struct {
 	used     map[string]bool
 	calls    []checkpoint.CallRecord
 	effects  []checkpoint.Effect
+	spent    float64
 	mismatch bool
+}
+
+// Spend adds cost to the step (model tokens, paid API calls), counted
+// against the run's MaxSpend cap when the step commits. Report the cost of
+// a call only when it was made, not when Call replayed it: a replay costs
+// nothing.
+func (s *Context) Spend(amount float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spent += amount
+}
+
+// Spent is what this attempt reported through Spend.
+func (s *Context) Spent() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spent
 }
 
 // JournalMismatch reports whether a call of this attempt hit ErrJournalMismatch,

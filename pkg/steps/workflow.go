@@ -28,6 +28,9 @@ type Caps struct {
 	MaxSteps int
 	// MaxAge from the run's start (waits included).
 	MaxAge time.Duration
+	// MaxSpend is the most a run may spend (in the unit steps report with
+	// Context.Spend, e.g. USD of model tokens).
+	MaxSpend float64
 }
 
 // WithRetry sets the step's retry policy.
@@ -103,7 +106,7 @@ func (w *Workflow[S]) Init(fn func(input json.RawMessage) (S, error)) *Workflow[
 
 // WithCaps sets the run caps of the workflow.
 func (w *Workflow[S]) WithCaps(c Caps) *Workflow[S] {
-	if c.MaxSteps < 0 || c.MaxAge < 0 {
+	if c.MaxSteps < 0 || c.MaxAge < 0 || c.MaxSpend < 0 {
 		w.errs = append(w.errs, fmt.Errorf("workflow %s: caps must not be negative", w.name))
 	}
 	w.caps = c

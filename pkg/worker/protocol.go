@@ -232,6 +232,8 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	next := run
 	next.UpdatedAt = cp.At
 	next.Steps = run.Steps + 1
+	cp.Spend = sctx.Spent()
+	next.Spend = run.Spend + cp.Spend
 	switch res.Kind {
 	case steps.KindNext:
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
@@ -527,6 +529,8 @@ func capReached(def steps.Definition, run checkpoint.Run) string {
 	switch {
 	case caps.MaxSteps > 0 && run.Steps >= caps.MaxSteps:
 		return fmt.Sprintf("max steps reached: %d steps taken, the cap is %d", run.Steps, caps.MaxSteps)
+	case caps.MaxSpend > 0 && run.Spend >= caps.MaxSpend:
+		return fmt.Sprintf("max spend reached: %.4g spent, the cap is %.4g", run.Spend, caps.MaxSpend)
 	case caps.MaxAge > 0 && time.Since(run.CreatedAt) > caps.MaxAge:
 		return fmt.Sprintf("max age reached: started %s ago, the cap is %s", time.Since(run.CreatedAt).Round(time.Second), caps.MaxAge)
 	}
