@@ -244,6 +244,7 @@ func (s *Server) handleEvent(msg *nats.Msg) {
 	} else {
 		s.log.Warn().Str("system", system).Str("event_id", ev.ID).Str("run_id", ev.RunID).Int("step", ev.Step).
 			Str("reason", reason).Str("why", detail).Msg("approval event rejected")
+		s.auditRefusal(ctx, system, ev, reason, detail)
 	}
 	if msg.Reply == "" {
 		return
@@ -390,3 +391,22 @@ func (e Event) invalid() string {
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// auditRefusal records on the run an event that was signed by a known
+// system but refused for what it named (step, hash, group, a run not
+// waiting). Unsigned or malformed events are only logged and counted: an
+// unauthenticated sender must not be able to write to run records.
+func (s *Server) auditRefusal(ctx context.Context, system string, ev Event, reason, detail string) {
+	switch reason {
+	case RejectForbidden, RejectWrongStep, RejectStaleHash, RejectNotWaiting:
+	default:
+		return
+	}
+	err := s.cfg.Client.RecordRefusal(ctx, ev.RunID, checkpoint.AuditEntry{
+		Step: ev.Step, By: system + ":" + ev.By, Channel: client.ChannelEvent, Decision: ev.Decision,
+		PayloadSHA256: ev.PayloadSHA256, Reason: reason + ": " + detail,
+	})
+	if err != nil {
+		s.log.Warn().Err(err).Str("run_id", ev.RunID).Msg("audit refused event")
+	}
+}

@@ -132,6 +132,7 @@ func TestBadEventsAreRejected(t *testing.T) {
 		{"run not waiting", "erp", erp, eventBody(t, good(func(e *approver.Event) { e.RunID = "claim-done"; e.PayloadSHA256 = done.Approvals[0].PayloadSHA256 })), approver.RejectNotWaiting, done},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.run = h.run(tc.run.ID) // refusals earlier in the table were audited
 			before := maps.Clone(h.srv.Stats().Rejected)
 			var r approver.EventReply
 			if tc.body == nil { // signed, then changed
@@ -159,7 +160,13 @@ func TestBadEventsAreRejected(t *testing.T) {
 			if st.Accepted != 0 || st.Rejected[tc.reason] != before[tc.reason]+1 {
 				t.Errorf("stats %+v (before %+v)", st, before)
 			}
-			h.assertUnchanged(tc.run)
+			switch tc.reason {
+			case approver.RejectStaleHash, approver.RejectWrongStep, approver.RejectForbidden, approver.RejectNotWaiting:
+				// Signed by a known system: the refusal is audited on the run.
+				h.assertRefusalAudited(tc.run, tc.reason)
+			default:
+				h.assertUnchanged(tc.run)
+			}
 		})
 	}
 	if st := h.srv.Stats(); st.Accepted != 0 {

@@ -240,6 +240,23 @@ func (h *harness) waitStatus(id string, want checkpoint.Status) checkpoint.Run {
 }
 
 // assertUnchanged fails when the run moved since before was read.
+// assertRefusalAudited checks that a refused but signed approval changed
+// nothing but the audit, which gained one refused entry for reason.
+func (h *harness) assertRefusalAudited(before checkpoint.Run, reason string) {
+	h.t.Helper()
+	after := h.run(before.ID)
+	if after.Status != before.Status || after.Step != before.Step || !reflect.DeepEqual(after.Wait, before.Wait) || !reflect.DeepEqual(after.Approvals, before.Approvals) {
+		h.t.Fatalf("run %s decision state changed:\nbefore %+v\nafter  %+v", before.ID, before, after)
+	}
+	if len(after.Audit) != len(before.Audit)+1 {
+		h.t.Fatalf("run %s audit: %d entries, want %d", before.ID, len(after.Audit), len(before.Audit)+1)
+	}
+	last := after.Audit[len(after.Audit)-1]
+	if last.Kind != checkpoint.AuditRefused || !strings.HasPrefix(last.Reason, reason+":") || last.Channel != "event" {
+		h.t.Fatalf("run %s last audit entry %+v, want refused %s", before.ID, last, reason)
+	}
+}
+
 func (h *harness) assertUnchanged(before checkpoint.Run) {
 	h.t.Helper()
 	after := h.run(before.ID)

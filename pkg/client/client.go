@@ -307,3 +307,39 @@ func dedupe(s []string) []string {
 	}
 	return out
 }
+
+// maxRefusals bounds the refused-approval entries kept on one run, so a
+// misbehaving sender cannot grow a run record without limit.
+const maxRefusals = 50
+
+// RecordRefusal appends a refused approval (wrong hash, step or group,
+// or a run not waiting) to the run's audit. The decision state does not
+// change. Past maxRefusals entries it records nothing more.
+func (c *Client) RecordRefusal(ctx context.Context, id string, e checkpoint.AuditEntry) error {
+	for {
+		run, err := c.store.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, a := range run.Audit {
+			if a.Kind == checkpoint.AuditRefused {
+				n++
+			}
+		}
+		if n >= maxRefusals {
+			return nil
+		}
+		e.Kind = checkpoint.AuditRefused
+		if e.At.IsZero() {
+			e.At = time.Now().UTC()
+		}
+		next := run
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), e)
+		_, err = c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue
+		}
+		return err
+	}
+}
