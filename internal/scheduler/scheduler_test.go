@@ -118,8 +118,14 @@ func TestTwoSchedulersHandleEachWaitOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 runs")
 	}
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) { twoSchedulers(t, kind) })
+	}
+}
+
+func twoSchedulers(t *testing.T, kind string) {
 	const runs = 1000
-	f := testfleet.New(t, "redis")
+	f := testfleet.New(t, kind)
 	f.StartWorker(steps.NewRegistry().MustRegister(asking("bulk", steps.ApprovalRequest{Group: "adjusters", TTL: 3 * time.Second})),
 		func(c *worker.Config) { c.Concurrency = 64 })
 	for i := range runs {
