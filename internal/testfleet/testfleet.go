@@ -43,9 +43,23 @@ var prefixSeq atomic.Int64
 // New starts NATS and the store of the given kind.
 func New(t testing.TB, kind string) *Fleet {
 	t.Helper()
-	n := testenv.StartNATS(t)
-	nc, js := n.Connect(t)
-	f := &Fleet{T: t, URL: n.URL, NC: nc, JS: js}
+	return NewOn(t, kind, testenv.StartNATS(t).URL)
+}
+
+// NewOn uses the NATS server at url (a separate process when a test
+// measures this process's own memory) and starts the store.
+func NewOn(t testing.TB, kind, url string) *Fleet {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &Fleet{T: t, URL: url, NC: nc, JS: js}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch kind {
@@ -76,8 +90,8 @@ func (f *Fleet) logger() *zerolog.Logger {
 	return &l
 }
 
-// StartWorker runs a worker until the test ends.
-func (f *Fleet) StartWorker(reg *steps.Registry, mod func(*worker.Config)) *worker.Worker {
+// StartWorker runs a worker until the test ends or stop is called.
+func (f *Fleet) StartWorker(reg *steps.Registry, mod func(*worker.Config)) (w *worker.Worker, stop func()) {
 	f.T.Helper()
 	cfg := worker.Config{JetStream: f.JS, Store: f.Store, Registry: reg, Concurrency: 16, AckWait: 2 * time.Second, DrainTimeout: 3 * time.Second, Logger: f.logger()}
 	if mod != nil {
@@ -87,12 +101,12 @@ func (f *Fleet) StartWorker(reg *steps.Registry, mod func(*worker.Config)) *work
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	f.run(w.Run)
+	stop = f.run(w.Run)
 	testenv.Eventually(f.T, 10*time.Second, "workflows registered", func() bool {
 		infos, err := f.Store.Workflows(context.Background())
 		return err == nil && len(infos) >= len(reg.Names())
 	})
-	return w
+	return w, stop
 }
 
 // StartScheduler runs a scheduler until the test ends.
@@ -106,20 +120,27 @@ func (f *Fleet) StartScheduler(mod func(*scheduler.Config)) *scheduler.Scheduler
 	if err != nil {
 		f.T.Fatal(err)
 	}
-	f.run(s.Run)
+	_ = f.run(s.Run)
 	return s
 }
 
-func (f *Fleet) run(fn func(context.Context) error) {
+// run runs fn until the test ends or the returned stop is called.
+func (f *Fleet) run(fn func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- fn(ctx) }()
-	f.T.Cleanup(func() {
+	var stopped atomic.Bool
+	stop = func() {
+		if stopped.Swap(true) {
+			return
+		}
 		cancel()
 		if err := <-done; err != nil {
 			f.T.Errorf("Run: %v", err)
 		}
-	})
+	}
+	f.T.Cleanup(stop)
+	return stop
 }
 
 // Start starts a run and fails the test on error.
@@ -142,4 +163,14 @@ func (f *Fleet) WaitStatus(id string, want checkpoint.Status, timeout time.Durat
 		return err == nil && r.Status == want
 	})
 	return run
+}
+
+// Checkpoints returns all checkpoints of run id.
+func (f *Fleet) Checkpoints(id string) []checkpoint.Checkpoint {
+	f.T.Helper()
+	cps, err := f.Store.Checkpoints(context.Background(), id)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return cps
 }
