@@ -85,4 +85,3 @@ func TestClaimEditedWhileWaiting(t *testing.T) {
 		})
 	}
 }
-
