@@ -1,5 +1,6 @@
 # durable: `make test` runs everything the CI runs, on a fresh Debian machine
-# with Go. It installs redis-server when it is missing and we are root.
+# with Go. It installs redis-server and chromium (the inbox page's browser
+# test) when they are missing and we are root.
 
 GO ?= go
 TEST_TIMEOUT ?= 15m
@@ -21,6 +22,17 @@ deps:
 		fi; \
 	fi
 	@redis-server --version
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing chromium with apt-get"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "chromium is missing: install it (Debian: sudo apt-get install chromium), then run make test again"; \
+			exit 1; \
+		fi; \
+	fi
+	@chromium --version 2>/dev/null
 
 vet:
 	$(GO) vet ./...
