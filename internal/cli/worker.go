@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/durable-run/durable/internal/examples/agentloop"
 	"github.com/durable-run/durable/internal/examples/claim"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
@@ -22,6 +23,7 @@ func ReferenceWorkflows() *steps.Registry {
 			ClaimsURL:   os.Getenv("DURABLE_CLAIMS_URL"),
 			HTTP:        &http.Client{Timeout: 10 * time.Second},
 		}),
+		agentloop.New(),
 	)
 }
 
