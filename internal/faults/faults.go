@@ -6,9 +6,11 @@
 // run:step[:point], point one of before (default; the step body has not
 // run), after-effect (a call returned, before it is journaled),
 // after-checkpoint (committed, before publishing the next step),
-// after-publish (published, before the ack) and hang (block the step
-// without heartbeats until the process is killed). A fault fires on the
-// first delivery of the step only, so the redelivery recovers.
+// after-publish (published, before the ack), hang (block the step
+// without heartbeats until the process is killed) and stop (the process
+// SIGSTOPs itself before the step body: a zombie once it is continued). A
+// fault fires on the first delivery of the step only, so the redelivery
+// recovers.
 package faults
 
 import (
@@ -26,6 +28,7 @@ const (
 	AfterCheckpoint = "after-checkpoint"
 	AfterPublish    = "after-publish"
 	Hang            = "hang"
+	Stop            = "stop"
 )
 
 type key struct {
@@ -40,6 +43,8 @@ type Injector struct {
 	Kill func()
 	// OnHang blocks for a hang fault; by default forever.
 	OnHang func()
+	// OnStop replaces the SIGSTOP of a stop fault, in tests of this package.
+	OnStop func()
 }
 
 // Parse reads the DURABLE_CRASH syntax. An empty spec gives nil.
@@ -63,9 +68,9 @@ func Parse(spec string) (*Injector, error) {
 			point = parts[2]
 		}
 		switch point {
-		case Before, AfterEffect, AfterCheckpoint, AfterPublish, Hang:
+		case Before, AfterEffect, AfterCheckpoint, AfterPublish, Hang, Stop:
 		default:
-			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-checkpoint, after-publish, hang)", item, point)
+			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-checkpoint, after-publish, hang, stop)", item, point)
 		}
 		in.points[key{parts[0], n}] = point
 	}
@@ -90,6 +95,17 @@ func (in *Injector) At(run string, step, delivery int, point string) {
 			return
 		}
 		select {}
+	}
+	if point == Stop {
+		fmt.Fprintf(os.Stderr, "durable-fault: stop run=%s step=%d pid=%d\n", run, step, os.Getpid())
+		if in.OnStop != nil {
+			in.OnStop()
+			return
+		}
+		// Freeze like a VM pause or a GC stall: the ack wait runs out and
+		// another worker takes the step; SIGCONT makes this one a zombie.
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		return
 	}
 	fmt.Fprintf(os.Stderr, "durable-fault: crash run=%s step=%d point=%s pid=%d\n", run, step, point, os.Getpid())
 	if in.Kill != nil {

@@ -8,7 +8,7 @@ func TestParse(t *testing.T) {
 		ok   bool
 	}{
 		{"", true}, {"claim-0042:7", true}, {"claim-0042:7,claim-0043:6:after-effect", true},
-		{"r:1:after-checkpoint, r:2:after-publish ,r:3:hang", true},
+		{"r:1:after-checkpoint, r:2:after-publish ,r:3:hang,r:4:stop", true},
 		{"claim-0042", false}, {"r:x", false}, {"r:0", false}, {"r:1:sideways", false}, {"r:1:before:extra", false},
 	} {
 		_, err := Parse(tc.spec)

@@ -201,6 +201,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		state = snap.Previous.State
 	}
 	w.faults.At(run.ID, m.Step, d.attempt, faults.Before)
+	w.faults.At(run.ID, m.Step, d.attempt, faults.Stop)
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
