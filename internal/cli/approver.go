@@ -45,24 +45,30 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	s, err := c.open(ctx, "durable-approver", log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	srv, err := approver.New(approver.Config{
-		Client: client.New(s.js, s.store), Store: s.store, Tokens: set, FourEyes: *fourEyes,
-		Logger: &log, EventSecrets: systems, NATS: s.nc,
-	})
-	if err != nil {
-		return usageError{err.Error()}
-	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
-	log.Info().Str("http", ln.Addr().String()).Int("tokens", set.Len()).Int("event_systems", len(systems)).Bool("four_eyes", *fourEyes).Msg("approver serving")
-	err = srv.Serve(ctx, ln)
-	log.Info().Msg("approver stopped")
-	return err
+	defer ln.Close()
+	return keepTrying(ctx, log, "approver start", func() error {
+		s, err := c.open(ctx, "durable-approver", log)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		srv, err := approver.New(approver.Config{
+			Client: client.New(s.js, s.store), Store: s.store, Tokens: set, FourEyes: *fourEyes,
+			Logger: &log, EventSecrets: systems, NATS: s.nc,
+		})
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		log.Info().Str("http", ln.Addr().String()).Int("tokens", set.Len()).Int("event_systems", len(systems)).Bool("four_eyes", *fourEyes).Msg("approver serving")
+		if err := srv.Serve(ctx, ln); err != nil {
+			// Serve closed the listener: starting over can't help.
+			return fatalError{err}
+		}
+		log.Info().Msg("approver stopped")
+		return nil
+	})
 }

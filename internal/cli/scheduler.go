@@ -26,14 +26,16 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("scheduler: unexpected argument %q", pos[0])
 	}
 	log := newLogger(stderr, "scheduler")
-	s, err := c.open(ctx, "durable-scheduler", log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	sch, err := scheduler.New(scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Logger: &log})
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	return sch.Run(ctx)
+	return keepTrying(ctx, log, "scheduler start", func() error {
+		s, err := c.open(ctx, "durable-scheduler", log)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Logger: &log})
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		return sch.Run(ctx)
+	})
 }

@@ -44,18 +44,21 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		return usagef("worker: unexpected argument %q", pos[0])
 	}
 	log := newLogger(stderr, "worker")
-	s, err := c.open(ctx, "durable-worker", log)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	w, err := worker.New(worker.Config{
-		JetStream: s.js, Store: s.store, Registry: workflows(),
-		Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
-		Logger: &log, Crash: os.Getenv("DURABLE_CRASH"),
+	reg := workflows()
+	return keepTrying(ctx, log, "worker start", func() error {
+		s, err := c.open(ctx, "durable-worker", log)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		w, err := worker.New(worker.Config{
+			JetStream: s.js, Store: s.store, Registry: reg,
+			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
+			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"),
+		})
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		return w.Run(ctx)
 	})
-	if err != nil {
-		return usageError{err.Error()}
-	}
-	return w.Run(ctx)
 }
