@@ -32,7 +32,9 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- cli.RunWorker(ctx, []string{"--nats", url, "--ack-wait", "2s"}, io.Discard, cli.ReferenceWorkflows) }()
+	go func() {
+		done <- cli.RunWorker(ctx, []string{"--nats", url, "--ack-wait", "2s"}, io.Discard, cli.ReferenceWorkflows)
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -63,4 +65,3 @@ func TestWorkerWaitsForNATS(t *testing.T) {
 		return err == nil && len(infos) >= 2
 	})
 }
-
