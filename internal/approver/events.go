@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"regexp"
@@ -97,6 +98,9 @@ func LoadEventSecrets(path string) (map[string]EventSystem, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("event secrets %s: %w (expected {\"<system>\": {\"secret\": \"...\", \"groups\": [\"adjusters\"]}})", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("event secrets %s: data after the first JSON object: keep every system in one object", path)
 	}
 	for name, sys := range m {
 		if err := sys.validate(name); err != nil {
@@ -297,32 +301,11 @@ func replyText(reason string) string {
 // the log. Cheap checks that need no trust come first; the body is parsed
 // only once its signature holds.
 func (s *Server) decideEvent(ctx context.Context, system, sig string, body []byte, now time.Time) (Event, string, string) {
-	var ev Event
-	sys, ok := s.cfg.EventSecrets[system]
-	if !ok {
-		return ev, RejectUnknownSystem, fmt.Sprintf("no secret for system %q", system)
+	ev, key, reason, detail := s.admitEvent(system, sig, body, now)
+	if reason != "" {
+		return ev, reason, detail
 	}
-	if !validSignature(sys.Secret, sig, body) {
-		return ev, RejectBadSignature, "signature missing or wrong"
-	}
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return Event{}, RejectMalformed, err.Error()
-	}
-	if why := ev.invalid(); why != "" {
-		return ev, RejectMalformed, why
-	}
-	if ev.System != system {
-		return ev, RejectSystemMismatch, fmt.Sprintf("body names system %q, subject %q", ev.System, system)
-	}
-	if age := now.Sub(ev.TS); age > s.events.window {
-		return ev, RejectStale, fmt.Sprintf("ts %s is %s old", ev.TS.Format(time.RFC3339), age.Round(time.Second))
-	} else if -age > maxFuture {
-		return ev, RejectFuture, fmt.Sprintf("ts %s is %s ahead", ev.TS.Format(time.RFC3339), (-age).Round(time.Second))
-	}
-	key := system + "\x00" + ev.ID
-	if !s.events.firstSight(key, now) {
-		return ev, RejectReplayed, "event id seen before"
-	}
+	sys := s.cfg.EventSecrets[system]
 	// A system outside the run's group learns nothing more than that:
 	// client.Decide would check the step and the hash first.
 	if run, err := s.store.GetRun(ctx, ev.RunID); err == nil && run.Status == checkpoint.StatusWaiting && run.Wait != nil && !slices.Contains(sys.Groups, run.Wait.Group) {
@@ -351,6 +334,40 @@ func (s *Server) decideEvent(ctx context.Context, system, sig string, body []byt
 	// with the same id.
 	s.events.forget(key)
 	return ev, RejectError, err.Error()
+}
+
+// admitEvent runs the checks that need no store, on input nobody is
+// trusted with yet: the system is known, the signature holds over exactly
+// body, the event is well formed, names that system, is within the window
+// and was not seen before. It returns the replay key of an admitted event
+// (to forget it when the decision fails) or the reason it was rejected.
+func (s *Server) admitEvent(system, sig string, body []byte, now time.Time) (ev Event, key, reason, detail string) {
+	sys, ok := s.cfg.EventSecrets[system]
+	if !ok {
+		return ev, "", RejectUnknownSystem, fmt.Sprintf("no secret for system %q", system)
+	}
+	if !validSignature(sys.Secret, sig, body) {
+		return ev, "", RejectBadSignature, "signature missing or wrong"
+	}
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return Event{}, "", RejectMalformed, err.Error()
+	}
+	if why := ev.invalid(); why != "" {
+		return ev, "", RejectMalformed, why
+	}
+	if ev.System != system {
+		return ev, "", RejectSystemMismatch, fmt.Sprintf("body names system %q, subject %q", ev.System, system)
+	}
+	if age := now.Sub(ev.TS); age > s.events.window {
+		return ev, "", RejectStale, fmt.Sprintf("ts %s is %s old", ev.TS.Format(time.RFC3339), age.Round(time.Second))
+	} else if -age > maxFuture {
+		return ev, "", RejectFuture, fmt.Sprintf("ts %s is %s ahead", ev.TS.Format(time.RFC3339), (-age).Round(time.Second))
+	}
+	key = system + "\x00" + ev.ID
+	if !s.events.firstSight(key, now) {
+		return ev, "", RejectReplayed, "event id seen before"
+	}
+	return ev, key, "", ""
 }
 
 func validSignature(secret, header string, body []byte) bool {
