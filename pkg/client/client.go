@@ -268,8 +268,12 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 	}
 }
 
+// normalizeInput checks the run input is a JSON object and compacts it.
+// Only JSON's own whitespace is trimmed: bytes.TrimSpace would also drop
+// Unicode spaces (U+00A0, U+0085, ...) and accept input that no JSON
+// decoder reads.
 func normalizeInput(in json.RawMessage) (json.RawMessage, error) {
-	in = bytes.TrimSpace(in)
+	in = bytes.Trim(in, " \t\r\n")
 	if len(in) == 0 {
 		return json.RawMessage(`{}`), nil
 	}
