@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -221,6 +222,11 @@ func read(path string) (*file, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(f); err != nil {
 		return nil, fmt.Errorf("token file %s is not valid: %w (expected {\"tokens\": [{\"id\", \"groups\", \"sha256\", \"created_at\"}]})", path, err)
+	}
+	// Whatever follows the object (a second one from a bad merge) would be
+	// dropped without a word, and with it the tokens it holds.
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("token file %s is not valid: data after the {\"tokens\": [...]} object: keep one object per file", path)
 	}
 	return f, nil
 }
