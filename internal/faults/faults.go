@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/durable-run/durable/internal/queue"
 )
 
 // Points of the step protocol where a crash can be injected.
@@ -59,6 +61,12 @@ func Parse(spec string) (*Injector, error) {
 		if len(parts) < 2 || len(parts) > 3 {
 			return nil, fmt.Errorf("crash spec %q: want run:step[:point]", item)
 		}
+		// A run that can be no run id, or a run:step named twice, is a
+		// fault that never fires: refuse it rather than let a crash test
+		// pass without its crash.
+		if err := queue.ValidateRunID(parts[0]); err != nil {
+			return nil, fmt.Errorf("crash spec %q: %w", item, err)
+		}
 		n, err := strconv.Atoi(parts[1])
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("crash spec %q: step must be a positive number", item)
@@ -71,6 +79,9 @@ func Parse(spec string) (*Injector, error) {
 		case Before, AfterEffect, AfterCheckpoint, AfterPublish, Hang, Stop:
 		default:
 			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-checkpoint, after-publish, hang, stop)", item, point)
+		}
+		if _, dup := in.points[key{parts[0], n}]; dup {
+			return nil, fmt.Errorf("crash spec %q: %s:%d has a fault already: one per step", item, parts[0], n)
 		}
 		in.points[key{parts[0], n}] = point
 	}

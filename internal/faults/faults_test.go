@@ -10,6 +10,7 @@ func TestParse(t *testing.T) {
 		{"", true}, {"claim-0042:7", true}, {"claim-0042:7,claim-0043:6:after-effect", true},
 		{"r:1:after-checkpoint, r:2:after-publish ,r:3:hang,r:4:stop", true},
 		{"claim-0042", false}, {"r:x", false}, {"r:0", false}, {"r:1:sideways", false}, {"r:1:before:extra", false},
+		{":1", false}, {"r x:1", false}, {"r.1:1", false}, {"r:1,r:1:hang", false}, {"r:1,", false},
 	} {
 		_, err := Parse(tc.spec)
 		if (err == nil) != tc.ok {
