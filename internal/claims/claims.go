@@ -108,11 +108,8 @@ func (s *Server) Handler() http.Handler {
 			}
 			writeJSON(w, http.StatusOK, c)
 		case http.MethodPost, http.MethodPut:
-			var body struct {
-				Amount *int64 `json:"amount"`
-			}
-			dec := json.NewDecoder(io.LimitReader(r.Body, 4096))
-			if err := dec.Decode(&body); err != nil || body.Amount == nil || *body.Amount <= 0 {
+			amount, ok := readAmount(r.Body)
+			if !ok {
 				httpError(w, http.StatusBadRequest, `body must be {"amount": N} with N > 0`)
 				return
 			}
@@ -124,7 +121,7 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			prev := c
-			c = Claim{ID: id, Amount: *body.Amount}
+			c = Claim{ID: id, Amount: amount}
 			s.byID[id] = c
 			if err := s.save(); err != nil {
 				if exists {
@@ -140,6 +137,19 @@ func (s *Server) Handler() http.Handler {
 			httpError(w, http.StatusMethodNotAllowed, "GET, POST or PUT")
 		}
 	})
+}
+
+// readAmount decodes a POST or PUT body, {"amount": N} with N > 0, from
+// its first 4 KiB.
+func readAmount(body io.Reader) (int64, bool) {
+	var b struct {
+		Amount *int64 `json:"amount"`
+	}
+	dec := json.NewDecoder(io.LimitReader(body, 4096))
+	if err := dec.Decode(&b); err != nil || b.Amount == nil || *b.Amount <= 0 {
+		return 0, false
+	}
+	return *b.Amount, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
