@@ -71,23 +71,3 @@ func TestSubjectsAndIDs(t *testing.T) {
 		t.Errorf("StepFilter = %s", got)
 	}
 }
-
-// FuzzDecodeStep: no input panics, and whatever decodes is valid.
-func FuzzDecodeStep(f *testing.F) {
-	f.Add("durable.step.claim.claim-0042", []byte(`{"run_id":"claim-0042","workflow":"claim","step":7}`))
-	f.Add("", []byte(`{"run_id":"a.b","workflow":"claim","step":1}`))
-	f.Add("", []byte(`{"step":1e400}`))
-	f.Add("x", []byte{0xff, 0xfe})
-	f.Fuzz(func(t *testing.T, subject string, body []byte) {
-		m, err := DecodeStep(subject, body)
-		if err != nil {
-			return
-		}
-		if ValidateRunID(m.RunID) != nil || m.Step < 1 || !tokenRE.MatchString(m.Workflow) {
-			t.Fatalf("accepted invalid message %+v", m)
-		}
-		if subject != "" && subject != StepSubject(m.Workflow, m.RunID) {
-			t.Fatalf("accepted %+v on subject %s", m, subject)
-		}
-	})
-}
