@@ -719,7 +719,7 @@ func TestEffects(t *testing.T) {
 		t.Fatalf("Effects() returned the context's own slice")
 	}
 	calls := s.Calls()
-	if calls != nil && len(calls) != 0 {
+	if len(calls) != 0 {
 		t.Fatalf("Calls() = %+v, want none", calls)
 	}
 }
