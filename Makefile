@@ -4,8 +4,9 @@
 
 GO ?= go
 TEST_TIMEOUT ?= 15m
+CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test deps vet unit demo build
+.PHONY: test deps vet unit demo build chaos
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -46,3 +47,9 @@ demo:
 
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+# The chaos suite in its full form (internal/chaos): 300 claims, 100 agent
+# runs, worker kills, NATS and Redis restarts, SIGSTOP zombies. `make test`
+# runs its short form.
+chaos: deps
+	DURABLE_CHAOS=full $(GO) test -count=1 -v -run TestChaos -timeout $(CHAOS_TIMEOUT) ./internal/chaos/

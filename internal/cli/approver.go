@@ -32,6 +32,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("approver: --tokens FILE is required (create one with `durable token create --file FILE --id WHO --groups GROUP`)")
 	}
 	log := newLogger(stderr, "approver")
+	useRedisLogger(log)
 	set, err := tokens.Load(*tokenFile)
 	if err != nil {
 		return err

@@ -26,7 +26,9 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 func openClient(ctx context.Context, c *conn, stderr io.Writer) (*client.Client, *session, error) {
-	s, err := c.open(ctx, "durable-cli", zerolog.New(stderr).Level(zerolog.WarnLevel))
+	log := zerolog.New(stderr).Level(zerolog.WarnLevel)
+	useRedisLogger(log)
+	s, err := c.open(ctx, "durable-cli", log)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -56,6 +56,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := newLogger(stderr, "dev")
+	useRedisLogger(log)
 	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
 	var wg sync.WaitGroup
 	errs := make(chan error, *workers+2)

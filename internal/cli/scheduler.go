@@ -26,6 +26,7 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 		return usagef("scheduler: unexpected argument %q", pos[0])
 	}
 	log := newLogger(stderr, "scheduler")
+	useRedisLogger(log)
 	return keepTrying(ctx, log, "scheduler start", func() error {
 		s, err := c.open(ctx, "durable-scheduler", log)
 		if err != nil {

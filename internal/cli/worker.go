@@ -44,6 +44,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		return usagef("worker: unexpected argument %q", pos[0])
 	}
 	log := newLogger(stderr, "worker")
+	useRedisLogger(log)
 	reg := workflows()
 	return keepTrying(ctx, log, "worker start", func() error {
 		s, err := c.open(ctx, "durable-worker", log)

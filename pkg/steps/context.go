@@ -196,6 +196,20 @@ func SHA256Hex(b []byte) string {
 // to its calls (a bug); the step is not retried.
 var ErrJournalMismatch = errors.New("journaled call replayed with different arguments")
 
+// JournalError: the store could not record a call's result (the call was
+// made). It is the store's failure, not the step's: the worker retries the
+// step without counting it against the step's attempts.
+type JournalError struct {
+	Call, Key string
+	Err       error
+}
+
+func (e *JournalError) Error() string {
+	return fmt.Sprintf("journal call %s of %s: %v", e.Call, e.Key, e.Err)
+}
+
+func (e *JournalError) Unwrap() error { return e.Err }
+
 // ErrDuplicateCall: one attempt of a step used the same call name twice.
 var ErrDuplicateCall = errors.New("call name used twice in one step")
 
@@ -247,7 +261,7 @@ func Call[T any](ctx context.Context, s *Context, name string, args any, fn func
 		stored, err := s.cfg.Recorder.RecordCall(rctx, rec)
 		cancel()
 		if err != nil {
-			return zero, fmt.Errorf("journal call %s of %s: %w", name, s.IdempotencyKey(), err)
+			return zero, &JournalError{Call: name, Key: s.IdempotencyKey(), Err: err}
 		}
 		if string(stored.Result) != string(result) || stored.ArgsSHA256 != argsSum {
 			// A concurrent attempt of this step recorded first: its result

@@ -403,6 +403,10 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 		w.deadLetter(ctx, d, run, err.Error())
 	case steps.IsPermanent(err):
 		w.deadLetter(ctx, d, run, err.Error())
+	case errors.As(err, new(*steps.JournalError)):
+		// The store failed to record a call: an infrastructure fault, not
+		// the step's. Retry without using up an attempt.
+		w.retryTransient(d, "journal call", err)
 	case ctx.Err() != nil:
 		// Shutdown cancelled the step: hand it back for another worker.
 		_ = d.msg.Nak()

@@ -74,8 +74,20 @@ func TestResumeRereadsFacts(t *testing.T) {
 // times, as an unreachable Redis would.
 type flakyStore struct {
 	checkpoint.Store
-	mu    sync.Mutex
-	fails map[string]int
+	mu          sync.Mutex
+	fails       map[string]int
+	recordFails int // RecordCall failures to inject, any run
+}
+
+func (f *flakyStore) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	f.mu.Lock()
+	if f.recordFails > 0 {
+		f.recordFails--
+		f.mu.Unlock()
+		return checkpoint.CallRecord{}, errUnavailable
+	}
+	f.mu.Unlock()
+	return f.Store.RecordCall(ctx, id, n, rec)
 }
 
 var errUnavailable = errors.New("store unavailable (injected)")
@@ -164,4 +176,37 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 	}
 	h.start("pipeline", "del-1", "")
 	h.waitStatus("del-1", checkpoint.StatusCompleted, 30*time.Second)
+}
+
+// A store that fails to record a call's result (the call was made) is the
+// store's failure: the step is retried without using up its attempts, and
+// its effect is keyed, so nothing is paid twice.
+func TestJournalOutageDoesNotUseAttempts(t *testing.T) {
+	var calls atomic.Int64
+	flow := steps.New[counter]("journal-outage", 1).
+		Step("pay", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+			_, err := steps.Call(ctx, s, "pay", s.IdempotencyKey(), func(context.Context) (string, error) {
+				calls.Add(1)
+				return "paid", nil
+			})
+			if err != nil {
+				return steps.Outcome[counter]{}, err
+			}
+			return steps.Complete(st), nil
+		}, steps.WithRetry(steps.RetryPolicy{Attempts: 2, Backoff: 10 * time.Millisecond}))
+	h := newHarness(t, "redis")
+	flaky := &flakyStore{Store: h.store, recordFails: 3}
+	h.startWorker(steps.NewRegistry().MustRegister(flow), func(c *worker.Config) { c.Store = flaky })
+	h.start("journal-outage", "jo-1", "")
+	h.waitStatus("jo-1", checkpoint.StatusCompleted, 60*time.Second)
+	snap, err := h.store.Load(context.Background(), "jo-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Failures) != 0 {
+		t.Errorf("failures counted: %+v", snap.Failures)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Errorf("call made %d times, want 4 (3 unrecorded + 1; a real effect would be keyed)", n)
+	}
 }
