@@ -126,6 +126,7 @@ func Load(path string) (*Set, error) {
 	}
 	s := &Set{}
 	ids := map[string]bool{}
+	digests := map[[sha256.Size]byte]string{}
 	for i, e := range f.Tokens {
 		where := fmt.Sprintf("token file %s, entry %d", path, i+1)
 		if err := validID(e.ID); err != nil {
@@ -144,6 +145,12 @@ func Load(path string) (*Set, error) {
 		}
 		var d [sha256.Size]byte
 		_, _ = hex.Decode(d[:], []byte(e.SHA256))
+		// One token standing for two identities would be decided under
+		// whichever entry Lookup met last.
+		if other, dup := digests[d]; dup {
+			return nil, fmt.Errorf("%s (%s): %w: same sha256 as %s: a token stands for one identity, create a new one with `durable token create`", where, e.ID, ErrInvalid, other)
+		}
+		digests[d] = e.ID
 		s.entries = append(s.entries, entry{id: Identity{ID: e.ID, Groups: groups}, digest: d})
 	}
 	return s, nil

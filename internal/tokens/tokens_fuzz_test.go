@@ -10,8 +10,8 @@ import (
 )
 
 // FuzzLoad: no token file panics Load, and every identity it loads is
-// valid: a good id, once, with clean distinct groups and a digest, and
-// the file was one JSON object.
+// valid: a good id, once, with clean distinct groups and a digest no
+// other identity has, and the file was one JSON object.
 func FuzzLoad(f *testing.F) {
 	const digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 	f.Add([]byte(`{"tokens": [{"id": "ana", "groups": ["adjusters"], "sha256": "` + digest + `", "created_at": "2026-01-02T03:04:05Z"}]}`))
@@ -45,6 +45,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("loaded %d tokens from a file that is not one JSON value: %q", len(s.entries), data)
 		}
 		seen := map[string]bool{}
+		digests := map[[32]byte]string{}
 		for _, e := range s.entries {
 			id := e.id
 			if validID(id.ID) != nil || seen[id.ID] {
@@ -59,9 +60,10 @@ func FuzzLoad(f *testing.F) {
 					t.Fatalf("identity %s loaded with groups %q", id.ID, id.Groups)
 				}
 			}
-			if e.digest == ([32]byte{}) {
-				t.Fatalf("identity %s loaded with no digest", id.ID)
+			if other, dup := digests[e.digest]; dup {
+				t.Fatalf("identities %s and %s loaded with one digest", other, id.ID)
 			}
+			digests[e.digest] = id.ID
 		}
 		if s.Len() != len(s.entries) {
 			t.Fatalf("Len %d, %d entries", s.Len(), len(s.entries))

@@ -119,6 +119,8 @@ func TestLoadRefusesBadFiles(t *testing.T) {
 		"no groups":     `{"tokens": [{"id": "ana", "groups": [], "sha256": "` + digest + `"}]}`,
 		"no id":         `{"tokens": [{"groups": ["g"], "sha256": "` + digest + `"}]}`,
 		"duplicate id":  `{"tokens": [{"id": "ana", "groups": ["g"], "sha256": "` + digest + `"}, {"id": "ana", "groups": ["h"], "sha256": "` + strings.Repeat("cd", 32) + `"}]}`,
+		"shared digest": `{"tokens": [{"id": "ana", "groups": ["g"], "sha256": "` + digest + `"}, {"id": "bob", "groups": ["h"], "sha256": "` + digest + `"}]}`,
+		"two objects":   `{"tokens": []} {"tokens": [{"id": "ana", "groups": ["g"], "sha256": "` + digest + `"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".json")
