@@ -26,7 +26,8 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	workers := fs.Int("workers", 2, "in-process workers")
 	concurrency := fs.Int("concurrency", 16, "steps each worker runs at once")
 	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
-	redisURL := fs.String("redis", os.Getenv("DURABLE_REDIS_URL"), "Redis URL for the checkpoint store; empty uses JetStream KV")
+	// The env default is read after parsing so that -h never prints it.
+	redisURL := fs.String("redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
 	tokenFile := fs.String("tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -34,6 +35,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if len(pos) > 0 {
 		return usagef("dev: unexpected argument %q", pos[0])
+	}
+	if *redisURL == "" {
+		*redisURL = os.Getenv("DURABLE_REDIS_URL")
 	}
 	if *workers < 0 || *workers > 64 {
 		return usagef("dev: --workers must be between 0 and 64")
