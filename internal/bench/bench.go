@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
+	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+// Stores durable can be measured on.
+const (
+	StoreRedis = "redis"
+	StoreKV    = "kv"
+)
+
+// Config of a bench. Zero values take the defaults documented.
+type Config struct {
+	// Stores to measure durable on, in order: StoreRedis, StoreKV.
+	// Default both.
+	Stores []string
+	// Runs is W, the runs started at once for throughput. Default 2000.
+	Runs int
+	// LatencyRuns is R, the runs run one at a time for latency. Default
+	// 50; negative skips the latency phase.
+	LatencyRuns int
+	// Concurrency is the worker's steps in flight. Default 128.
+	Concurrency int
+	// SkipFloor leaves out the floor pipeline (and its ratios).
+	SkipFloor bool
+	// Dir holds the servers' data and the worker logs. Default: a new
+	// temporary directory, removed at the end.
+	Dir string
+	// WorkerCommand returns the command of a worker process with args
+	// (the flags of RunWorker). Default: this executable with
+	// `bench-worker` before args.
+	WorkerCommand func(args []string) *exec.Cmd
+	// WorkerLogLevel of the worker processes. Default DURABLE_LOG_LEVEL,
+	// or info (what a deployed worker runs at).
+	WorkerLogLevel string
+	// ProfileDir, when set, receives a CPU profile of each worker process
+	// (worker-<system>.pprof, from ready to exit). It must exist.
+	ProfileDir string
+	// Progress receives progress: a bar when it is a terminal, a line per
+	// phase otherwise. Nil prints nothing.
+	Progress io.Writer
+}
+
+func (c *Config) settle() error {
+	if len(c.Stores) == 0 {
+		c.Stores = []string{StoreRedis, StoreKV}
+	}
+	for _, s := range c.Stores {
+		if s != StoreRedis && s != StoreKV {
+			return fmt.Errorf("store %q: want %s or %s", s, StoreRedis, StoreKV)
+		}
+	}
+	if c.Runs == 0 {
+		c.Runs = 2000
+	}
+	if c.LatencyRuns == 0 {
+		c.LatencyRuns = 50
+	}
+	c.LatencyRuns = max(c.LatencyRuns, 0)
+	if c.Concurrency == 0 {
+		c.Concurrency = 128
+	}
+	if c.Runs < 1 || c.Concurrency < 1 {
+		return fmt.Errorf("runs %d and concurrency %d: want at least 1", c.Runs, c.Concurrency)
+	}
+	if c.WorkerLogLevel == "" {
+		c.WorkerLogLevel = os.Getenv("DURABLE_LOG_LEVEL")
+	}
+	if c.WorkerLogLevel == "" {
+		c.WorkerLogLevel = "info"
+	}
+	if c.WorkerCommand == nil {
+		cmd, err := ownWorker()
+		if err != nil {
+			return err
+		}
+		c.WorkerCommand = cmd
+	}
+	return nil
+}
+
+// Bench is a bench's servers and driver, ready to measure systems: Run
+// uses it, and so do the Go benchmarks. Close stops everything.
+type Bench struct {
+	cfg      Config
+	dir      string
+	rmDir    bool
+	srv      *Servers
+	nc       *nats.Conn // the driver's: starts runs, verifies them
+	watchNC  *nats.Conn // the ack watchers'
+	rdb      *redis.Client
+	systems  []*system
+	progress *progress
+	report   Report
+}
+
+// Start starts the servers and connects the driver to them.
+func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
+	if err := cfg.settle(); err != nil {
+		return nil, err
+	}
+	b := &Bench{cfg: cfg, dir: cfg.Dir, progress: newProgress(cfg.Progress)}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if b.dir == "" {
+		if b.dir, err = os.MkdirTemp("", "durable-bench-"); err != nil {
+			return nil, err
+		}
+		b.rmDir = true
+	}
+	withRedis := !cfg.SkipFloor || slices.Contains(cfg.Stores, StoreRedis)
+	if b.srv, err = StartServers(ctx, b.dir, withRedis); err != nil {
+		return nil, err
+	}
+	b.report = Report{
+		Workload: "claims-9", StateBytes: stateBytes(), Runs: cfg.Runs, LatencyRuns: cfg.LatencyRuns,
+		Concurrency: cfg.Concurrency, CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		NATSServer: server.VERSION, RedisServer: b.srv.RedisVersion, WorkerLogLevel: cfg.WorkerLogLevel,
+	}
+	if b.nc, err = nats.Connect(b.srv.NATSURL, nats.Name("durable-bench")); err != nil {
+		return nil, err
+	}
+	if b.watchNC, err = nats.Connect(b.srv.NATSURL, nats.Name("durable-bench-acks")); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		return nil, err
+	}
+	if b.srv.RedisURL != "" {
+		opt, err := redis.ParseURL(b.srv.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		b.rdb = redis.NewClient(opt)
+	}
+	if !cfg.SkipFloor {
+		b.systems = append(b.systems, floorSystem(js, b.rdb, b.srv.RedisURL))
+	}
+	for _, st := range cfg.Stores {
+		switch st {
+		case StoreRedis:
+			cl := client.New(js, redisstore.New(b.rdb, redisstore.Options{}))
+			b.systems = append(b.systems, durableSystem(SystemDurableRedis, durabilityRedis, b.srv.RedisURL, cl))
+		case StoreKV:
+			kv, err := kvstore.New(ctx, js, kvstore.Options{})
+			if err != nil {
+				return nil, fmt.Errorf("open JetStream KV store: %w", err)
+			}
+			b.systems = append(b.systems, durableSystem(SystemDurableKV, durabilityKV, "", client.New(js, kv)))
+		}
+	}
+	if len(b.systems) == 0 {
+		return nil, errNoSystems
+	}
+	return b, nil
+}
+
+// Systems names the systems this bench measures, in order.
+func (b *Bench) Systems() []string {
+	var out []string
+	for _, s := range b.systems {
+		out = append(out, s.name)
+	}
+	return out
+}
+
+// Close disconnects and stops the servers, and removes the temporary
+// directory it made.
+func (b *Bench) Close() {
+	if b.rdb != nil {
+		_ = b.rdb.Close()
+	}
+	if b.watchNC != nil {
+		b.watchNC.Close()
+	}
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	if b.srv != nil {
+		b.srv.Close()
+	}
+	if b.rmDir {
+		_ = os.RemoveAll(b.dir)
+	}
+}
+
+// Run starts the servers, measures the floor and durable on each store
+// in turn, stops everything (also when ctx ends) and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	began := time.Now()
+	b, err := Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	rep := b.report
+	rep.Started = began.UTC()
+	b.progress.linef("durable bench: %s on %s; %s", rep.Workload, strings.Join(b.Systems(), ", "), rep.describe())
+	for _, name := range b.Systems() {
+		res, err := b.Measure(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("bench interrupted during %s: %w", name, ctx.Err())
+			}
+			return nil, err
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.ratios()
+	rep.WallSeconds = time.Since(began).Seconds()
+	return &rep, nil
+}

@@ -1,0 +1,216 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/durable-run/durable/internal/bench"
+)
+
+// workerEnv makes the test binary run as the bench's worker process.
+const workerEnv = "DURABLE_BENCH_TEST_WORKER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := bench.RunWorker(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench-worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// testWorker runs this test binary as the worker process.
+func testWorker(args []string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), workerEnv+"=1")
+	return cmd
+}
+
+func TestStateIsAbout200Bytes(t *testing.T) {
+	s := bench.Initial("durable-redis-tp-000001")
+	for n := 1; n <= bench.StepsPerRun; n++ {
+		s = bench.Advance(s, n)
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 170 || len(b) > 230 {
+			t.Fatalf("step %d state is %d bytes, want about 200: %s", n, len(b), b)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 50; i++ {
+		d = append(d, time.Duration(51-i)*time.Millisecond)
+	}
+	for _, c := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 25 * time.Millisecond}, {0.99, 50 * time.Millisecond}, {0.01, time.Millisecond}, {1, 50 * time.Millisecond}} {
+		if got := bench.Percentile(d, c.q); got != c.want {
+			t.Errorf("Percentile(%v) = %v, want %v", c.q, got, c.want)
+		}
+	}
+	if got := bench.Percentile(nil, 0.5); got != 0 {
+		t.Errorf("Percentile of nothing = %v", got)
+	}
+}
+
+// A whole bench with tiny W and R: every system, every figure, the table
+// and the RESULT lines of WORKLOAD.md.
+func TestBenchSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, nats-server and worker processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		Runs: 20, LatencyRuns: 3, Concurrency: 16, WorkerCommand: testWorker,
+		WorkerLogLevel: "warn", Progress: &progress, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	systems := []string{bench.SystemFloor, bench.SystemDurableRedis, bench.SystemDurableKV}
+	if len(rep.Results) != len(systems) {
+		t.Fatalf("%d results, want %v", len(rep.Results), systems)
+	}
+	for i, res := range rep.Results {
+		if res.System != systems[i] {
+			t.Errorf("result %d is %s, want %s", i, res.System, systems[i])
+		}
+		if res.Runs != 20 || res.Steps != 180 || res.LatencyRuns != 3 || res.Concurrency != 16 {
+			t.Errorf("%s: runs %d steps %d latency runs %d concurrency %d", res.System, res.Runs, res.Steps, res.LatencyRuns, res.Concurrency)
+		}
+		if res.ThroughputStepsPerS <= 0 || res.WallSeconds <= 0 || res.StartSeconds <= 0 || res.StartSeconds > res.WallSeconds {
+			t.Errorf("%s: throughput %.0f steps/s, wall %.3fs, starts %.3fs", res.System, res.ThroughputStepsPerS, res.WallSeconds, res.StartSeconds)
+		}
+		if res.StepLatencyP50MS <= 0 || res.StepLatencyP99MS < res.StepLatencyP50MS {
+			t.Errorf("%s: p50 %.3f ms, p99 %.3f ms", res.System, res.StepLatencyP50MS, res.StepLatencyP99MS)
+		}
+		if res.WorkerPeakRSSMiB <= 0 || res.WorkerCPUSPer1000Steps < 0 {
+			t.Errorf("%s: peak RSS %.1f MiB, CPU %.3f s/1k steps", res.System, res.WorkerPeakRSSMiB, res.WorkerCPUSPer1000Steps)
+		}
+		if res.ThroughputVsFloor <= 0 || res.P50VsFloor <= 0 || res.Durability == "" {
+			t.Errorf("%s: ratios %.2f %.2f, durability %q", res.System, res.ThroughputVsFloor, res.P50VsFloor, res.Durability)
+		}
+	}
+	if f := rep.Results[0]; f.ThroughputVsFloor != 1 || f.P50VsFloor != 1 {
+		t.Errorf("floor ratios %.2f %.2f, want 1", f.ThroughputVsFloor, f.P50VsFloor)
+	}
+	for _, phase := range []string{"floor latency", "durable-redis throughput", "durable-kv warmup"} {
+		if !strings.Contains(progress.String(), phase) {
+			t.Errorf("progress has no line for %s:\n%s", phase, progress.String())
+		}
+	}
+	if strings.Contains(progress.String(), "\r") {
+		t.Errorf("progress to a non-terminal draws a bar:\n%q", progress.String())
+	}
+
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	out := text.String()
+	t.Logf("progress:\n%s\nreport:%s", progress.String(), out)
+	for _, col := range []string{"system", "steps/s", "p50 ms/step", "p99 ms/step", "throughput/floor", "p50/floor", "worker CPU s/1k steps", "worker peak RSS MiB"} {
+		if !strings.Contains(out, col) {
+			t.Errorf("table has no column %q:\n%s", col, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	resultRE := regexp.MustCompile(`^RESULT system=(durable-redis|durable-kv) throughput_steps_per_s=[0-9]+ step_latency_p50_ms=[0-9.]+ runs=20 durability=\S.*$`)
+	last := lines[len(lines)-2:]
+	for i, want := range []string{"durable-redis", "durable-kv"} {
+		m := resultRE.FindStringSubmatch(last[i])
+		if m == nil || m[1] != want {
+			t.Errorf("line %q is not the RESULT line of %s", last[i], want)
+		}
+	}
+
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var decoded struct {
+		Results []map[string]any `json:"results"`
+		Lines   []string         `json:"result_lines"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	if len(decoded.Results) != 3 || len(decoded.Lines) != 2 {
+		t.Fatalf("JSON has %d results and %d RESULT lines:\n%s", len(decoded.Results), len(decoded.Lines), js.String())
+	}
+	for _, k := range []string{"throughput_steps_per_s", "step_latency_p50_ms", "step_latency_p99_ms", "worker_cpu_s_per_1000_steps", "worker_peak_rss_mib", "throughput_vs_floor", "p50_vs_floor", "durability"} {
+		if _, ok := decoded.Results[1][k]; !ok {
+			t.Errorf("JSON result has no %s", k)
+		}
+	}
+}
+
+// The Go benchmarks run the throughput phase of `durable bench` with
+// W = b.N runs started at once (servers, worker process and warm-up are
+// outside the timer, so ns/op is wall time per run at that W). They
+// report steps/s and the worker's CPU per 1,000 steps.
+//
+//	go test -run '^$' -bench . -benchtime 2000x ./internal/bench
+
+func BenchmarkClaims9Redis(b *testing.B) {
+	benchmarkSystem(b, bench.SystemDurableRedis, bench.Config{Stores: []string{bench.StoreRedis}, SkipFloor: true})
+}
+
+func BenchmarkClaims9KV(b *testing.B) {
+	benchmarkSystem(b, bench.SystemDurableKV, bench.Config{Stores: []string{bench.StoreKV}, SkipFloor: true})
+}
+
+func BenchmarkFloor(b *testing.B) {
+	benchmarkSystem(b, bench.SystemFloor, bench.Config{Stores: []string{bench.StoreRedis}})
+}
+
+func benchmarkSystem(b *testing.B, system string, cfg bench.Config) {
+	if testing.Short() {
+		b.Skip("starts redis-server, nats-server and a worker process")
+	}
+	ctx := context.Background()
+	cfg.WorkerCommand = testWorker
+	cfg.Dir = b.TempDir()
+	bn, err := bench.Start(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bn.Close()
+	m, err := bn.Open(ctx, system)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	b.ResetTimer()
+	tp, err := m.Throughput(ctx, b.N)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(tp.StepsPerS, "steps/s")
+	b.ReportMetric(tp.WorkerCPU.Seconds()*1000/float64(tp.Steps), "worker-cpu-s/1k-steps")
+}

@@ -1,0 +1,287 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+const (
+	// warmupRuns run one at a time when a meter opens, unmeasured:
+	// connections, scripts and consumers are in place when timing starts.
+	warmupRuns = 5
+	// startConcurrency bounds the starts in flight in the throughput phase.
+	startConcurrency = 32
+	// stallTimeout fails a phase in which no step finished for that long.
+	stallTimeout = 30 * time.Second
+)
+
+// Meter measures one system through its own worker process.
+type Meter struct {
+	b      *Bench
+	sys    *system
+	worker *workerProc
+	acks   *ackWatcher
+	phases map[string]int // runs started per phase name, for unique run ids
+}
+
+// Measure opens a meter on system name, runs the latency phase (unless
+// LatencyRuns is negative) and the throughput phase, and closes it.
+func (b *Bench) Measure(ctx context.Context, name string) (Result, error) {
+	res := Result{
+		System: name, Runs: b.cfg.Runs, Steps: b.cfg.Runs * StepsPerRun,
+		LatencyRuns: b.cfg.LatencyRuns, Concurrency: b.cfg.Concurrency,
+	}
+	m, err := b.Open(ctx, name)
+	if err != nil {
+		return res, err
+	}
+	defer m.Close()
+	res.Durability = m.sys.durability
+	if b.cfg.LatencyRuns > 0 {
+		lat, err := m.Latency(ctx, b.cfg.LatencyRuns)
+		if err != nil {
+			return res, err
+		}
+		res.StepLatencyP50MS = ms(Percentile(lat, 0.50)) / StepsPerRun
+		res.StepLatencyP99MS = ms(Percentile(lat, 0.99)) / StepsPerRun
+	}
+	tp, err := m.Throughput(ctx, b.cfg.Runs)
+	if err != nil {
+		return res, err
+	}
+	per1k := float64(tp.Steps) / 1000
+	res.WallSeconds = tp.Wall.Seconds()
+	res.StartSeconds = tp.Starts.Seconds()
+	res.ThroughputStepsPerS = tp.StepsPerS
+	res.WorkerCPUSPer1000Steps = tp.WorkerCPU.Seconds() / per1k
+	res.RedisCPUSPer1000Steps = tp.RedisCPU.Seconds() / per1k
+	res.BenchCPUSPer1000Steps = tp.BenchCPU.Seconds() / per1k
+	if rss, err := m.WorkerPeakRSS(); err == nil {
+		res.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
+	}
+	return res, nil
+}
+
+// Open starts system name's worker process, watches its acks and runs a
+// few unmeasured runs through it.
+func (b *Bench) Open(ctx context.Context, name string) (_ *Meter, err error) {
+	i := slices.IndexFunc(b.systems, func(s *system) bool { return s.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("no system %q in this bench (have %v)", name, b.Systems())
+	}
+	sys := b.systems[i]
+	m := &Meter{b: b, sys: sys, phases: map[string]int{}}
+	defer func() {
+		if err != nil {
+			m.Close()
+		}
+	}()
+	if m.acks, err = watchAcks(b.watchNC, sys.stream, sys.consumer); err != nil {
+		return nil, err
+	}
+	var profile string
+	if b.cfg.ProfileDir != "" {
+		profile = filepath.Join(b.cfg.ProfileDir, "worker-"+sys.name+".pprof")
+	}
+	args := workerArgs(sys.mode, b.srv.NATSURL, sys.redisURL, b.cfg.Concurrency, b.cfg.WorkerLogLevel, profile)
+	if m.worker, err = startWorker(ctx, b.cfg.WorkerCommand, args, filepath.Join(b.dir, "worker-"+sys.name+".log")); err != nil {
+		return nil, fmt.Errorf("%s: %w", sys.name, err)
+	}
+	if _, err := m.oneAtATime(ctx, "warmup", warmupRuns); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close stops the worker process (it drains first).
+func (m *Meter) Close() {
+	if m.worker != nil {
+		m.worker.stop(workerGrace)
+	}
+	if m.acks != nil {
+		m.acks.close()
+	}
+}
+
+// WorkerPeakRSS is the worker process's peak resident set size so far.
+func (m *Meter) WorkerPeakRSS() (int64, error) {
+	_, rss, err := procStats(m.worker.pid())
+	return rss, err
+}
+
+// Latency runs n runs one after another and returns each run's time from
+// its start to the ack of its last step.
+func (m *Meter) Latency(ctx context.Context, n int) ([]time.Duration, error) {
+	return m.oneAtATime(ctx, "latency", n)
+}
+
+func (m *Meter) oneAtATime(ctx context.Context, phase string, n int) ([]time.Duration, error) {
+	label := m.sys.name + " " + phase
+	ids := m.ids(phase, n)
+	m.b.progress.begin(label, n)
+	out := make([]time.Duration, 0, n)
+	for i, id := range ids {
+		reached := m.acks.expect(StepsPerRun)
+		began := time.Now()
+		if err := m.sys.start(ctx, id); err != nil {
+			return nil, fmt.Errorf("%s: start %s: %w", label, id, err)
+		}
+		done, err := m.await(ctx, label, reached, StepsPerRun, nil, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, done.Sub(began))
+		m.b.progress.update(i + 1)
+	}
+	if err := m.sys.verify(ctx, ids); err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	if phase == "warmup" {
+		m.b.progress.end("%d runs one at a time, not measured", n)
+	} else {
+		m.b.progress.end("%d runs one at a time: p50 %.3f ms/step, p99 %.3f ms/step",
+			n, ms(Percentile(out, 0.5))/StepsPerRun, ms(Percentile(out, 0.99))/StepsPerRun)
+	}
+	return out, nil
+}
+
+// Throughput is what a throughput phase measured.
+type Throughput struct {
+	Runs, Steps int
+	// Wall is from the first start to the last completion; Starts until
+	// every start had returned.
+	Wall, Starts time.Duration
+	StepsPerS    float64
+	// CPU used meanwhile by the worker process, redis-server, and this
+	// process (the driver and the embedded nats-server).
+	WorkerCPU, RedisCPU, BenchCPU time.Duration
+}
+
+// Throughput starts n runs at once (startConcurrency starts in flight)
+// and measures the wall time from the first start to the last completion.
+func (m *Meter) Throughput(ctx context.Context, n int) (Throughput, error) {
+	label := m.sys.name + " throughput"
+	ids := m.ids("tp", n)
+	tp := Throughput{Runs: n, Steps: n * StepsPerRun}
+	reached := m.acks.expect(tp.Steps)
+	before := m.b.cpu(m.worker.pid())
+	m.b.progress.begin(label, tp.Steps)
+
+	began := time.Now()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	var starts time.Duration // written before the send on started
+	go func() {
+		err := forEach(sctx, ids, startConcurrency, m.sys.start)
+		starts = time.Since(began)
+		started <- err
+	}()
+	done, err := m.await(ctx, label, reached, tp.Steps, started, m.b.progress.update)
+	if err != nil {
+		return tp, err
+	}
+	after := m.b.cpu(m.worker.pid())
+	tp.Wall = done.Sub(began)
+	tp.StepsPerS = float64(tp.Steps) / tp.Wall.Seconds()
+	tp.WorkerCPU = after.worker - before.worker
+	tp.RedisCPU = after.redis - before.redis
+	tp.BenchCPU = after.self - before.self
+	// The starts returned before the last completion: every run had to
+	// start first. Wait for the goroutine to read Starts without a race.
+	if err := <-started; err != nil {
+		return tp, fmt.Errorf("%s: start runs: %w", label, err)
+	}
+	tp.Starts = starts
+	if err := m.sys.verify(ctx, ids); err != nil {
+		return tp, fmt.Errorf("%s: %w", label, err)
+	}
+	m.b.progress.end("%d runs at once: %.0f steps/s (%d steps in %.2fs; all started after %.2fs)",
+		n, tp.StepsPerS, tp.Steps, tp.Wall.Seconds(), tp.Starts.Seconds())
+	return tp, nil
+}
+
+// ids names n new runs of a phase; a phase run again gets new ids.
+func (m *Meter) ids(phase string, n int) []string {
+	from := m.phases[phase]
+	m.phases[phase] = from + n
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = runID(m.sys.name+"-"+phase, from+i)
+	}
+	return ids
+}
+
+// await waits until reached fires, failing when the worker exits, a start
+// fails or no step finishes for stallTimeout. update, when set, sees the
+// acks counted so far.
+func (m *Meter) await(ctx context.Context, label string, reached <-chan time.Time, total int, started chan error, update func(int)) (time.Time, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last, lastChange := -1, time.Now()
+	for {
+		select {
+		case t := <-reached:
+			if update != nil {
+				update(total)
+			}
+			return t, nil
+		case err := <-started:
+			if err != nil {
+				return time.Time{}, fmt.Errorf("%s: start runs: %w", label, err)
+			}
+			started <- nil // for the caller, after the last completion
+			started = nil
+		case <-m.worker.exitc:
+			return time.Time{}, fmt.Errorf("%s: the worker process exited (%v): %s", label, m.worker.err, m.worker.logTail())
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-tick.C:
+			n := m.acks.counted()
+			if update != nil {
+				update(n)
+			}
+			if n != last {
+				last, lastChange = n, time.Now()
+			} else if time.Since(lastChange) > stallTimeout {
+				return time.Time{}, fmt.Errorf("%s: no step finished for %s (%d of %d): %s", label, stallTimeout, n, total, m.worker.logTail())
+			}
+		}
+	}
+}
+
+// cpuSample is the CPU time used so far by the processes a bench watches.
+type cpuSample struct{ worker, redis, self time.Duration }
+
+// cpu samples the worker's, redis-server's and this process's CPU time;
+// what can't be read counts as zero.
+func (b *Bench) cpu(workerPID int) cpuSample {
+	var s cpuSample
+	s.worker, _, _ = procStats(workerPID)
+	if pid := b.srv.RedisPID(); pid > 0 {
+		s.redis, _, _ = procStats(pid)
+	}
+	s.self, _, _ = procStats(os.Getpid())
+	return s
+}
+
+// Percentile is the nearest-rank q-quantile of d.
+func Percentile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var errNoSystems = errors.New("nothing to measure: give a store or drop --skip-floor")

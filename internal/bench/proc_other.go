@@ -1,0 +1,19 @@
+//go:build !linux
+
+package bench
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+)
+
+var terminate os.Signal = syscall.SIGTERM
+
+func childAttr() *syscall.SysProcAttr { return nil }
+
+// procStats needs /proc: the bench reports worker CPU and RSS on Linux only.
+func procStats(int) (time.Duration, int64, error) {
+	return 0, 0, errors.New("worker CPU and RSS are measured from /proc, on Linux only")
+}

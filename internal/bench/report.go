@@ -1,0 +1,165 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a bench measured.
+type Report struct {
+	Workload       string    `json:"workload"`
+	StateBytes     int       `json:"state_bytes"`
+	Runs           int       `json:"runs"`
+	LatencyRuns    int       `json:"latency_runs"`
+	Concurrency    int       `json:"concurrency"`
+	CPUs           int       `json:"cpus"`
+	OS             string    `json:"os"`
+	NATSServer     string    `json:"nats_server"`
+	RedisServer    string    `json:"redis_server,omitempty"`
+	WorkerLogLevel string    `json:"worker_log_level"`
+	Started        time.Time `json:"started"`
+	WallSeconds    float64   `json:"wall_s"`
+	Results        []Result  `json:"results"`
+}
+
+// Result is one system's figures.
+type Result struct {
+	System      string `json:"system"`
+	Durability  string `json:"durability"`
+	Runs        int    `json:"runs"`
+	Steps       int    `json:"steps"`
+	LatencyRuns int    `json:"latency_runs"`
+	Concurrency int    `json:"concurrency"`
+	// Throughput phase: W runs started at once, from the first start to
+	// the last completion.
+	WallSeconds         float64 `json:"wall_s"`
+	StartSeconds        float64 `json:"starts_s"` // until every start returned
+	ThroughputStepsPerS float64 `json:"throughput_steps_per_s"`
+	// Latency phase: R runs one at a time, run time / 9, nearest rank.
+	StepLatencyP50MS float64 `json:"step_latency_p50_ms"`
+	StepLatencyP99MS float64 `json:"step_latency_p99_ms"`
+	// CPU seconds per 1,000 steps over the throughput phase: the worker
+	// process, redis-server, and the bench process (its driver and the
+	// embedded nats-server).
+	WorkerCPUSPer1000Steps float64 `json:"worker_cpu_s_per_1000_steps"`
+	RedisCPUSPer1000Steps  float64 `json:"redis_cpu_s_per_1000_steps"`
+	BenchCPUSPer1000Steps  float64 `json:"bench_process_cpu_s_per_1000_steps"`
+	// WorkerPeakRSSMiB is the worker's VmHWM at the end.
+	WorkerPeakRSSMiB float64 `json:"worker_peak_rss_mib"`
+	// Ratios to the floor measured in the same bench (0 without a floor):
+	// throughput / floor's, p50 / floor's.
+	ThroughputVsFloor float64 `json:"throughput_vs_floor,omitempty"`
+	P50VsFloor        float64 `json:"p50_vs_floor,omitempty"`
+}
+
+func (r *Report) floor() *Result {
+	for i := range r.Results {
+		if r.Results[i].System == SystemFloor {
+			return &r.Results[i]
+		}
+	}
+	return nil
+}
+
+func (r *Report) ratios() {
+	f := r.floor()
+	if f == nil {
+		return
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if f.ThroughputStepsPerS > 0 {
+			res.ThroughputVsFloor = res.ThroughputStepsPerS / f.ThroughputStepsPerS
+		}
+		if f.StepLatencyP50MS > 0 {
+			res.P50VsFloor = res.StepLatencyP50MS / f.StepLatencyP50MS
+		}
+	}
+}
+
+func (r *Report) describe() string {
+	return fmt.Sprintf("%d steps, %d-byte state; W=%d runs at once, R=%d runs one at a time; one worker process at concurrency %d; %d CPUs",
+		StepsPerRun, r.StateBytes, r.Runs, r.LatencyRuns, r.Concurrency, r.CPUs)
+}
+
+// ResultLines are the RESULT lines of WORKLOAD.md, one per durable store.
+func (r *Report) ResultLines() []string {
+	var out []string
+	for _, res := range r.Results {
+		if res.System == SystemFloor {
+			continue
+		}
+		out = append(out, fmt.Sprintf("RESULT system=%s throughput_steps_per_s=%.0f step_latency_p50_ms=%.3f runs=%d durability=%s",
+			res.System, res.ThroughputStepsPerS, res.StepLatencyP50MS, res.Runs, res.Durability))
+	}
+	return out
+}
+
+// WriteText prints the table, the notes and the RESULT lines last.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s: %s\n", r.Workload, r.describe())
+	fmt.Fprintf(&b, "servers on 127.0.0.1: nats-server %s embedded (JetStream file store, default sync)", r.NATSServer)
+	if r.RedisServer != "" {
+		fmt.Fprintf(&b, ", redis-server %s (appendonly yes, appendfsync everysec)", r.RedisServer)
+	}
+	fmt.Fprintf(&b, "; worker log level %s\n\n", r.WorkerLogLevel)
+
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\tsteps/s\tp50 ms/step\tp99 ms/step\tthroughput/floor\tp50/floor\tworker CPU s/1k steps\tworker peak RSS MiB\t")
+	for _, res := range r.Results {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%s\t%.3f\t%.1f\t\n", res.System, res.ThroughputStepsPerS,
+			res.StepLatencyP50MS, res.StepLatencyP99MS, ratio(res.ThroughputVsFloor), ratio(res.P50VsFloor),
+			res.WorkerCPUSPer1000Steps, res.WorkerPeakRSSMiB)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(&b)
+	for _, res := range r.Results {
+		fmt.Fprintf(&b, "%-14s %d steps in %.2fs (all %d runs started after %.2fs); CPU s/1k steps: worker %.3f, redis-server %.3f, bench process (driver + nats-server) %.3f\n",
+			res.System, res.Steps, res.WallSeconds, res.Runs, res.StartSeconds,
+			res.WorkerCPUSPer1000Steps, res.RedisCPUSPer1000Steps, res.BenchCPUSPer1000Steps)
+	}
+	if r.floor() != nil {
+		b.WriteString("the floor is the bare pipeline (pull, SET NX in Redis, publish next with Nats-Msg-Id and wait for the PubAck, ack);\n" +
+			"it is Redis-based for both stores, as in WORKLOAD.md: durable-kv's ratios compare it to the same Redis floor.\n")
+	}
+	b.WriteString("\n")
+	for _, l := range r.ResultLines() {
+		b.WriteString(l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(x float64) string {
+	if x == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+// WriteJSON prints the report as one JSON document.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		*Report
+		ResultLines []string `json:"result_lines"`
+	}{r, r.ResultLines()})
+}
+
+// stateBytes is the size of a claims-9 state as its last step stores it.
+func stateBytes() int {
+	s := Initial(runID(SystemDurableRedis+"-tp", 0))
+	for n := 1; n <= StepsPerRun; n++ {
+		s = Advance(s, n)
+	}
+	b, _ := json.Marshal(s)
+	return len(b)
+}

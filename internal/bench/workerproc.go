@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
+	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+// Worker modes: durable's worker with the claims-9 workflow, or the floor.
+const (
+	ModeDurable = "durable"
+	ModeFloor   = "floor"
+)
+
+// readyLine is what a worker process prints on stdout once it takes work.
+const readyLine = "ready"
+
+// RunWorker is the bench's worker process (`durable bench-worker`): one
+// process, registering only the claims-9 workflow (or running the floor),
+// until ctx ends. It prints "ready" on stdout once its consumer exists
+// and its workflow is registered, and logs to stderr.
+//
+//	bench-worker --mode durable|floor --nats URL [--redis URL] --concurrency N [--log-level L]
+func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mode := fs.String("mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
+	natsURL := fs.String("nats", "", "NATS server URL (required)")
+	redisURL := fs.String("redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
+	concurrency := fs.Int("concurrency", 128, "steps in flight")
+	level := fs.String("log-level", "info", "zerolog level")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process, from ready to exit, to `file`")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("bench-worker: unexpected argument %q", fs.Arg(0))
+	case *natsURL == "":
+		return errors.New("bench-worker: --nats is required")
+	case *mode != ModeDurable && *mode != ModeFloor:
+		return fmt.Errorf("bench-worker: --mode %q: want durable or floor", *mode)
+	case *mode == ModeFloor && *redisURL == "":
+		return errors.New("bench-worker: the floor needs --redis")
+	case *concurrency < 1:
+		return fmt.Errorf("bench-worker: --concurrency %d: want at least 1", *concurrency)
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil || lvl == zerolog.NoLevel {
+		return fmt.Errorf("bench-worker: --log-level %q: want debug, info, warn or error", *level)
+	}
+	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("component", "bench-worker").Str("mode", *mode).Logger()
+
+	nc, err := nats.Connect(*natsURL, nats.Name("durable-bench-worker"))
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	var rdb *redis.Client
+	if *redisURL != "" {
+		opt, err := redis.ParseURL(*redisURL)
+		if err != nil {
+			return fmt.Errorf("redis URL %s: %w", *redisURL, err)
+		}
+		rdb = redis.NewClient(opt)
+		defer rdb.Close()
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("connect to Redis at %s: %w", *redisURL, err)
+		}
+	}
+	ready := func() { fmt.Fprintln(stdout, readyLine) }
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	if *mode == ModeFloor {
+		f := &floorWorker{js: js, rdb: rdb, concurrency: *concurrency, log: log}
+		c, err := f.setup(ctx)
+		if err != nil {
+			return err
+		}
+		ready()
+		return f.run(ctx, c)
+	}
+
+	var store checkpoint.Store
+	if rdb != nil {
+		store = redisstore.New(rdb, redisstore.Options{})
+	} else if store, err = kvstore.New(ctx, js, kvstore.Options{}); err != nil {
+		return fmt.Errorf("open JetStream KV store: %w", err)
+	}
+	w, err := worker.New(worker.Config{
+		JetStream: js, Store: store, Registry: Registry(),
+		Concurrency: *concurrency, Logger: &log,
+	})
+	if err != nil {
+		return err
+	}
+	// Run provisions again; Setup first so that "ready" means runs can start.
+	if _, err := w.Setup(ctx); err != nil {
+		return err
+	}
+	ready()
+	return w.Run(ctx)
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench-worker: --cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench-worker: --cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
+
+// workerProc is a running worker process.
+type workerProc struct {
+	*child
+	logPath string
+}
+
+// startWorker starts a worker process with args and waits for its ready
+// line. Its stderr goes to logPath.
+func startWorker(ctx context.Context, command func(args []string) *exec.Cmd, args []string, logPath string) (*workerProc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd := command(args)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	ready := make(chan struct{})
+	drain := func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.TrimSpace(sc.Text()) == readyLine {
+				close(ready)
+				signalled = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}
+	c, err := startChild(cmd, drain)
+	if err != nil {
+		return nil, fmt.Errorf("start worker process %s: %w", filepath.Base(cmd.Path), err)
+	}
+	p := &workerProc{child: c, logPath: logPath}
+	select {
+	case <-ready:
+		return p, nil
+	case <-c.exitc:
+		return nil, fmt.Errorf("worker process exited before it was ready (%v): %s", c.err, p.logTail())
+	case <-time.After(60 * time.Second):
+		p.stop(0)
+		return nil, fmt.Errorf("worker process not ready after 60s: %s", p.logTail())
+	case <-ctx.Done():
+		p.stop(0)
+		return nil, ctx.Err()
+	}
+}
+
+// workerGrace is how long a stopped worker may drain before it is killed.
+const workerGrace = 10 * time.Second
+
+func (p *workerProc) logTail() string {
+	b, err := os.ReadFile(p.logPath)
+	if err != nil || len(b) == 0 {
+		return "(no worker log)"
+	}
+	return "worker log " + p.logPath + ":\n" + tail(string(b), 10)
+}
+
+// ownWorker runs this executable as `<exe> bench-worker ARGS`.
+func ownWorker() (func(args []string) *exec.Cmd, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable to start the worker: %w", err)
+	}
+	return func(args []string) *exec.Cmd {
+		return exec.Command(exe, append([]string{"bench-worker"}, args...)...)
+	}, nil
+}
+
+// workerArgs are the flags of a worker process.
+func workerArgs(mode, natsURL, redisURL string, concurrency int, level, cpuProfile string) []string {
+	args := []string{"--mode", mode, "--nats", natsURL, "--concurrency", strconv.Itoa(concurrency), "--log-level", level}
+	if redisURL != "" {
+		args = append(args, "--redis", redisURL)
+	}
+	if cpuProfile != "" {
+		args = append(args, "--cpuprofile", cpuProfile)
+	}
+	return args
+}

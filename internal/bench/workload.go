@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// Workflow is the name of the claims-9 workflow; WorkflowVersion its version.
+const (
+	Workflow        = "claims9"
+	WorkflowVersion = 1
+)
+
+// StepNames are the nine steps of a claims-9 run, in order.
+var StepNames = []string{
+	"intake", "verify_policy", "check_coverage", "assess", "approve",
+	"pay", "notify", "close", "archive",
+}
+
+// StepsPerRun is the number of steps of a claims-9 run.
+const StepsPerRun = 9
+
+// State is the claims-9 state, about 200 bytes of JSON: the run id, the
+// step counter, an amount and a few string fields. Step bodies do no real
+// work: each advances the counter and rewrites the fields, so every
+// checkpoint differs from the one before.
+type State struct {
+	RunID    string `json:"run_id"`
+	Step     int    `json:"step"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	PolicyID string `json:"policy_id"`
+	Status   string `json:"status"`
+	Note     string `json:"note"`
+}
+
+// Initial is the state a run starts from (its input).
+func Initial(runID string) State {
+	return State{
+		RunID: runID, Amount: 1840, Currency: "EUR", PolicyID: "POL-2024-000042",
+		Status: "received", Note: "water damage, kitchen; photos attached; adjuster not yet assigned",
+	}
+}
+
+// Advance is the body of step n (1-based): the same pure function for
+// durable's workflow and the floor's handler.
+func Advance(s State, n int) State {
+	s.Step = n
+	s.Status = StepNames[n-1]
+	s.Amount += int64(n)
+	return s
+}
+
+// Input is the run input of run id, as JSON.
+func Input(runID string) json.RawMessage {
+	b, err := json.Marshal(Initial(runID))
+	if err != nil {
+		panic(err) // a fixed struct of strings and ints always encodes
+	}
+	return b
+}
+
+// Registry holds only the claims-9 workflow.
+func Registry() *steps.Registry {
+	wf := steps.New[State](Workflow, WorkflowVersion)
+	for i, name := range StepNames {
+		n := i + 1
+		wf.Step(name, func(_ context.Context, _ *steps.Context, s State) (steps.Outcome[State], error) {
+			s = Advance(s, n)
+			if n == StepsPerRun {
+				return steps.Complete(s), nil
+			}
+			return steps.Next(StepNames[n], s), nil
+		})
+	}
+	return steps.NewRegistry().MustRegister(wf)
+}
+
+// runID names run i of a phase (letters, digits and '-': a subject
+// token and a store key).
+func runID(phase string, i int) string { return fmt.Sprintf("%s-%06d", phase, i) }

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/durable-run/durable/internal/bench"
+)
+
+// cmdBench is `durable bench`: the claims-9 workload of WORKLOAD.md on
+// durable (Redis and KV stores) and on the floor, on servers it starts on
+// loopback and stops at the end (also on Ctrl-C).
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable bench", stderr)
+	store := fs.String("store", "all", "checkpoint store to measure durable on: redis, kv or all")
+	runs := fs.Int("runs", 2000, "W: runs started at once for throughput")
+	latencyRuns := fs.Int("latency-runs", 50, "R: runs one at a time for per-step latency")
+	concurrency := fs.Int("concurrency", 128, "steps in flight in the one worker process")
+	skipFloor := fs.Bool("skip-floor", false, "do not measure the floor (bare pipeline) nor print ratios to it")
+	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
+	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("bench: unexpected argument %q", pos[0])
+	}
+	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout}
+	switch *store {
+	case "all":
+		cfg.Stores = []string{bench.StoreRedis, bench.StoreKV}
+	case bench.StoreRedis, bench.StoreKV:
+		cfg.Stores = []string{*store}
+	default:
+		return usagef("bench: --store %q: want redis, kv or all", *store)
+	}
+	if *runs < 1 || *latencyRuns < 1 || *concurrency < 1 {
+		return usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
+	}
+	if *asJSON {
+		cfg.Progress = stderr
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if errors.Is(err, bench.ErrNoRedis) {
+		return usageError{err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return rep.WriteJSON(stdout)
+	}
+	return rep.WriteText(stdout)
+}
+
+// cmdBenchWorker is `durable bench-worker`, the hidden command `durable
+// bench` runs its one worker process with (bench.RunWorker).
+func cmdBenchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return bench.RunWorker(ctx, args, stdout, stderr)
+}
