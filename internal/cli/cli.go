@@ -41,6 +41,7 @@ Usage:
   durable dlq list [--json]
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable token create --file FILE --id WHO --groups G1,G2
+  durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor] [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
   durable scheduler [--nats URL] [--redis URL] [--stuck-after D]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes]
@@ -72,6 +73,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdApprove(ctx, rest, stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, rest, stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, rest, stdout, stderr)
+	case "bench-worker":
+		err = cmdBenchWorker(ctx, rest, stdout, stderr)
 	case "worker":
 		err = RunWorker(ctx, rest, stderr, ReferenceWorkflows)
 	case "scheduler":
