@@ -63,14 +63,8 @@ type demo struct {
 
 	client *client.Client
 
-	mu      sync.Mutex
-	kills   int
-	workers []*demoWorker
-}
-
-type demoWorker struct {
-	n   int
-	cmd *exec.Cmd
+	mu    sync.Mutex
+	kills int
 }
 
 func (d *demo) say(format string, a ...any) {
