@@ -36,20 +36,15 @@ func TestApproverProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	bin := t.TempDir()
-	for _, cmd := range []string{"durable", "approver"} {
-		out, err := exec.Command("go", "build", "-o", filepath.Join(bin, cmd), "github.com/durable-run/durable/cmd/"+cmd).CombinedOutput()
-		if err != nil {
-			t.Fatalf("build %s: %v\n%s", cmd, err, out)
-		}
-	}
+	durableBin := testenv.DurableBin(t)
+	approverBin := testenv.Binary(t, "github.com/durable-run/durable/cmd/approver")
 	n := testenv.StartNATS(t)
 	r := testenv.StartRedis(t)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "tokens.json")
 
 	var tokOut, tokErr bytes.Buffer
-	create := exec.Command(filepath.Join(bin, "durable"), "token", "create", "--file", tokenFile, "--id", "ana", "--groups", "adjusters,claims")
+	create := exec.Command(durableBin, "token", "create", "--file", tokenFile, "--id", "ana", "--groups", "adjusters,claims")
 	create.Stdout, create.Stderr = &tokOut, &tokErr
 	if err := create.Run(); err != nil {
 		t.Fatalf("token create: %v\n%s", err, tokErr.String())
@@ -61,7 +56,7 @@ func TestApproverProcess(t *testing.T) {
 	if raw, _ := os.ReadFile(tokenFile); strings.Contains(string(raw), token) {
 		t.Fatal("the token file holds the token")
 	}
-	if out, err := exec.Command(filepath.Join(bin, "durable"), "token", "create", "--file", tokenFile, "--id", "ana", "--groups", "x").CombinedOutput(); err == nil {
+	if out, err := exec.Command(durableBin, "token", "create", "--file", tokenFile, "--id", "ana", "--groups", "x").CombinedOutput(); err == nil {
 		t.Fatalf("a second token for ana: %s", out)
 	}
 	secrets := filepath.Join(dir, "secrets.json")
@@ -99,7 +94,7 @@ func TestApproverProcess(t *testing.T) {
 
 	port := freePort(t)
 	logs := &syncBuffer{}
-	proc := exec.Command(filepath.Join(bin, "approver"), "--http", fmt.Sprintf("127.0.0.1:%d", port), "--tokens", tokenFile, "--event-secrets", secrets, "--four-eyes")
+	proc := exec.Command(approverBin, "--http", fmt.Sprintf("127.0.0.1:%d", port), "--tokens", tokenFile, "--event-secrets", secrets, "--four-eyes")
 	proc.Env = append(os.Environ(), "DURABLE_NATS_URL="+n.URL, "DURABLE_REDIS_URL="+r.URL)
 	proc.Stdout, proc.Stderr = logs, logs
 	if err := proc.Start(); err != nil {
@@ -169,7 +164,7 @@ func TestApproverProcess(t *testing.T) {
 	exited <- nil // for the cleanup
 
 	// Without --tokens it refuses to start, with exit code 2.
-	noTokens := exec.Command(filepath.Join(bin, "approver"), "--nats", n.URL)
+	noTokens := exec.Command(approverBin, "--nats", n.URL)
 	if out, err := noTokens.CombinedOutput(); err == nil || noTokens.ProcessState.ExitCode() != 2 || !strings.Contains(string(out), "--tokens") {
 		t.Errorf("approver without --tokens: %v %s", err, out)
 	}

@@ -67,7 +67,7 @@ func newEnv(t *testing.T, cfg config) *env {
 		e.dir = dir
 		t.Logf("logs and data kept in %s", dir)
 	}
-	bin := durableBin(t)
+	bin := testenv.DurableBin(t)
 	e.nats = testenv.StartNATSServer(t)
 	e.redis = testenv.StartRedisServer(t)
 	if keep {

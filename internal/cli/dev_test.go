@@ -21,17 +21,6 @@ import (
 	"github.com/durable-run/durable/internal/testenv"
 )
 
-// buildDurable builds cmd/durable into a temp dir.
-func buildDurable(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "durable")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/durable-run/durable/cmd/durable").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build cmd/durable: %v\n%s", err, out)
-	}
-	return bin
-}
-
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,7 +127,7 @@ func TestDevEndToEnd(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
-	bin := buildDurable(t)
+	bin := testenv.DurableBin(t)
 	data := filepath.Join(t.TempDir(), "data")
 	natsPort, httpPort := freePort(t), freePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)

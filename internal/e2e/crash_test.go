@@ -3,11 +3,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/queue"
@@ -95,7 +92,9 @@ func TestCrashAtEveryBoundary(t *testing.T) {
 
 			// Acceptance 3 at process level: replay the whole step stream.
 			before := snapshot(t, f)
-			n := republishAll(t, f)
+			nc, js := f.nats.Connect(t)
+			n := testenv.RepublishSteps(t, js)
+			nc.Close()
 			t.Logf("republished %d step messages", n)
 			waitDrained(t, f)
 			if after := snapshot(t, f); after != before {
@@ -193,35 +192,4 @@ func snapshot(t testing.TB, f *fleet) string {
 	out["payments"] = listPayments(t, f)
 	b, _ := json.Marshal(out)
 	return string(b)
-}
-
-// republishAll re-publishes every stored step message with a fresh id, as
-// an operator replaying with the nats CLI would.
-func republishAll(t testing.TB, f *fleet) int {
-	t.Helper()
-	nc, js := f.nats.Connect(t)
-	defer nc.Close()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, queue.StepStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
-		msg.Header.Set("Nats-Msg-Id", fmt.Sprintf("replay-%d", seq))
-		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	return n
 }

@@ -20,7 +20,7 @@ func TestDemo(t *testing.T) {
 			if kind == "redis" {
 				args = append(args, "--redis", testenv.StartRedis(t).URL)
 			}
-			out, err := exec.Command(durableBin(t), args...).CombinedOutput()
+			out, err := exec.Command(testenv.DurableBin(t), args...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("durable demo: %v\n%s", err, out)
 			}

@@ -25,33 +25,6 @@ import (
 	"github.com/durable-run/durable/pkg/client"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// durableBin builds cmd/durable once per test binary.
-func durableBin(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "durable-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "durable")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/durable-run/durable/cmd/durable").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
 // fleet is a deployment for process tests: NATS and payments in this
 // process, the store, and worker processes supervised by the test.
 type fleet struct {
@@ -150,7 +123,7 @@ func (f *fleet) supervise(n int) {
 		if f.redisURL != "" {
 			args = append(args, "--redis", f.redisURL)
 		}
-		cmd := exec.Command(durableBin(f.t), args...)
+		cmd := exec.Command(testenv.DurableBin(f.t), args...)
 		logf, err := os.Create(logPath)
 		if err != nil {
 			f.mu.Unlock()

@@ -7,37 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-)
-
-var (
-	natsBinOnce sync.Once
-	natsBin     string
-	natsBinErr  error
 )
 
 // NATSServerBin builds the nats-server binary from the module (the same
 // version the embedded server uses) once per test binary.
 func NATSServerBin(tb testing.TB) string {
 	tb.Helper()
-	natsBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "durable-nats-bin-")
-		if err != nil {
-			natsBinErr = err
-			return
-		}
-		natsBin = filepath.Join(dir, "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsBinErr = fmt.Errorf("build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsBinErr != nil {
-		tb.Fatal(natsBinErr)
-	}
-	return natsBin
+	return Binary(tb, "github.com/nats-io/nats-server/v2")
 }
 
 // NATSProcess is a nats-server running as its own process.

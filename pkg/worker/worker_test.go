@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/durable-run/durable/internal/queue"
@@ -255,7 +254,7 @@ func TestReplayingTheStreamChangesNothing(t *testing.T) {
 				beforeCps[id] = string(b)
 			}
 			committed := w.Stats().Committed
-			n := republishAll(t, h)
+			n := testenv.RepublishSteps(t, h.js)
 			testenv.Eventually(t, 20*time.Second, "replays handled", func() bool {
 				s := w.Stats()
 				return s.Replayed+s.Stale >= int64(n)
@@ -278,38 +277,6 @@ func TestReplayingTheStreamChangesNothing(t *testing.T) {
 			}
 		})
 	}
-}
-
-// republishAll publishes a copy of every stored step message with a fresh
-// message id (as an operator replaying with the nats CLI would).
-func republishAll(t testing.TB, h *harness) int {
-	t.Helper()
-	ctx := context.Background()
-	st, err := h.js.Stream(ctx, queue.StepStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
-		msg.Header.Set("Nats-Msg-Id", "replay-"+m.Header.Get("Nats-Msg-Id"))
-		if _, err := h.js.PublishMsg(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n == 0 {
-		t.Fatal("no messages to replay")
-	}
-	return n
 }
 
 // Acceptance 6: a parked run holds no goroutine and no memory in a worker.
