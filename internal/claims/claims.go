@@ -20,9 +20,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // Claim is a claim record.
@@ -87,13 +88,11 @@ func (s *Server) save() error {
 	return d.Sync()
 }
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // Handler serves the routes of the package comment.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := strings.Trim(r.URL.Path, "/")
-		if !idRE.MatchString(id) {
+		if !checkpoint.ValidID(id) {
 			httpError(w, http.StatusNotFound, "unknown claim path "+r.URL.Path)
 			return
 		}

@@ -9,12 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 const (
@@ -34,15 +35,13 @@ const (
 // EventSubject is the subject of a run event of a workflow.
 func EventSubject(workflow, kind string) string { return eventPrefix + workflow + "." + kind }
 
-var tokenRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 // ErrBadID: a run id or workflow name can't be a subject token.
 var ErrBadID = errors.New("invalid id")
 
 // ValidateRunID checks that id can be a NATS subject token and a store key:
 // 1-128 letters, digits, '-' or '_'.
 func ValidateRunID(id string) error {
-	if !tokenRE.MatchString(id) {
+	if !checkpoint.ValidID(id) {
 		return fmt.Errorf("run id %q: %w: use 1-128 letters, digits, '-' or '_' (it becomes a NATS subject token)", id, ErrBadID)
 	}
 	return nil
@@ -82,7 +81,7 @@ func DecodeStep(subject string, data []byte) (StepMsg, error) {
 	if err := ValidateRunID(m.RunID); err != nil {
 		return m, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if !tokenRE.MatchString(m.Workflow) {
+	if !checkpoint.ValidID(m.Workflow) {
 		return m, fmt.Errorf("%w: workflow %q", ErrMalformed, m.Workflow)
 	}
 	if m.Step < 1 {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // FuzzDecodeStep: no step message panics a worker, and whatever decodes
@@ -27,7 +29,7 @@ func FuzzDecodeStep(f *testing.F) {
 			}
 			return
 		}
-		if ValidateRunID(m.RunID) != nil || m.Step < 1 || !tokenRE.MatchString(m.Workflow) {
+		if ValidateRunID(m.RunID) != nil || m.Step < 1 || !checkpoint.ValidID(m.Workflow) {
 			t.Fatalf("accepted invalid message %+v", m)
 		}
 		if subject != "" && subject != StepSubject(m.Workflow, m.RunID) {

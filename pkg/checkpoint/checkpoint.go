@@ -10,6 +10,22 @@ import (
 	"unicode/utf8"
 )
 
+// ValidID reports whether s can be a run id or a workflow name: 1-128
+// letters, digits, '-' or '_'. Ids become NATS subject tokens, KV keys and
+// Redis Cluster hash tags, so '.', '*', '>', spaces and braces are out.
+func ValidID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Status is the lifecycle state of a run.
 type Status string
 

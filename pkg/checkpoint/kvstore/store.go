@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -112,12 +111,8 @@ func enableAtomicPublish(ctx context.Context, js jetstream.JetStream, stream str
 	return nil
 }
 
-// validName is the alphabet of run ids and workflow names: a single KV key
-// and NATS subject token (no '.', '*', '>' or spaces).
-var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 func checkID(id string) error {
-	if !validName.MatchString(id) {
+	if !checkpoint.ValidID(id) {
 		return fmt.Errorf("invalid run id %q: use 1-128 letters, digits, '-' or '_'", id)
 	}
 	return nil

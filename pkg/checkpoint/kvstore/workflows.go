@@ -13,7 +13,7 @@ import (
 // RegisterWorkflow records info under wf.<name>.<version>, replacing an
 // earlier registration of the same version. UpdatedAt defaults to now.
 func (s *Store) RegisterWorkflow(ctx context.Context, info checkpoint.WorkflowInfo) error {
-	if !validName.MatchString(info.Name) {
+	if !checkpoint.ValidID(info.Name) {
 		return fmt.Errorf("register workflow %q: name must be 1-128 letters, digits, '-' or '_'", info.Name)
 	}
 	if info.UpdatedAt.IsZero() {

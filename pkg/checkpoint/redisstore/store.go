@@ -3,7 +3,6 @@ package redisstore
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -50,12 +49,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	return &Store{rdb: client, prefix: opts.Prefix}
 }
 
-// validID is the run id alphabet shared with the KV store and NATS subject
-// tokens: no '.', '*', '>', spaces, and no braces that would break the tag.
-var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
 func checkID(id string) error {
-	if !validID.MatchString(id) {
+	if !checkpoint.ValidID(id) {
 		return fmt.Errorf("invalid run id %q: use 1-128 letters, digits, '-' or '_'", id)
 	}
 	return nil

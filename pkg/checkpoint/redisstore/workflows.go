@@ -14,7 +14,7 @@ import (
 // registration of the same version. UpdatedAt defaults to now.
 func (s *Store) RegisterWorkflow(ctx context.Context, info checkpoint.WorkflowInfo) error {
 	// Same alphabet as run ids: workflow names are NATS subject tokens too.
-	if !validID.MatchString(info.Name) {
+	if !checkpoint.ValidID(info.Name) {
 		return fmt.Errorf("register workflow %q: name must be 1-128 letters, digits, '-' or '_'", info.Name)
 	}
 	if info.UpdatedAt.IsZero() {
