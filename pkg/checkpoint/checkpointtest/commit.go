@@ -118,7 +118,7 @@ func testCommitHappyPath(t *testing.T, s checkpoint.Store) {
 	}
 }
 
-func testCommitStaleRev(t *testing.T, s checkpoint.Store) {
+func testCommitStaleRev(t *testing.T, s checkpoint.Store, opts Options) {
 	r := mustCreate(t, s, newRun("stale-1"))
 	moved := r
 	moved.Resumes = 9
@@ -127,19 +127,64 @@ func testCommitStaleRev(t *testing.T, s checkpoint.Store) {
 		t.Fatalf("UpdateRun: %v", err)
 	}
 
-	_, err = s.Commit(ctx(t), advance(r, 1), newCheckpoint("stale-1", 1, "late"))
-	wantErr(t, "Commit with a stale Rev", err, checkpoint.ErrConflict)
-
-	_, err = s.Checkpoint(ctx(t), "stale-1", 1)
-	wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
-	all, err := s.Checkpoints(ctx(t), "stale-1")
-	if err != nil || len(all) != 0 {
-		t.Fatalf("Checkpoints after a refused Commit = %v, %v; want none", all, err)
+	late := newCheckpoint("stale-1", 1, "late")
+	got, err := s.Commit(ctx(t), advance(r, 1), late)
+	if opts.CheckpointFirst {
+		// The run still waits for step 1: the checkpoint is stored and the
+		// run moves onto it, keeping what the other writer recorded.
+		if err != nil {
+			t.Fatalf("Commit with a stale Rev, run still at the step: %v", err)
+		}
+		want := advance(moved, 1)
+		sameRun(t, "Commit result", got, want)
+		stored := mustGet(t, s, "stale-1")
+		sameRun(t, "run after a stale Commit", stored, want)
+		if stored.Rev != got.Rev || got.Rev == moved.Rev {
+			t.Fatalf("Rev = %d after a stale Commit that returned %d (was %d)", stored.Rev, got.Rev, moved.Rev)
+		}
+		c, err := s.Checkpoint(ctx(t), "stale-1", 1)
+		if err != nil {
+			t.Fatalf("Checkpoint after a stale Commit: %v", err)
+		}
+		sameCheckpoint(t, "checkpoint after a stale Commit", c, late)
+	} else {
+		wantErr(t, "Commit with a stale Rev", err, checkpoint.ErrConflict)
+		_, err = s.Checkpoint(ctx(t), "stale-1", 1)
+		wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
+		all, err := s.Checkpoints(ctx(t), "stale-1")
+		if err != nil || len(all) != 0 {
+			t.Fatalf("Checkpoints after a refused Commit = %v, %v; want none", all, err)
+		}
+		stored := mustGet(t, s, "stale-1")
+		sameRun(t, "run after a refused Commit", stored, moved)
+		if stored.Rev != moved.Rev {
+			t.Fatalf("Rev = %d after a refused Commit, want %d", stored.Rev, moved.Rev)
+		}
 	}
-	stored := mustGet(t, s, "stale-1")
-	sameRun(t, "run after a refused Commit", stored, moved)
-	if stored.Rev != moved.Rev {
-		t.Fatalf("Rev = %d after a refused Commit, want %d", stored.Rev, moved.Rev)
+
+	// A run that went elsewhere (cancelled) is never moved by a late commit.
+	r = mustCreate(t, s, newRun("stale-2"))
+	cancelled := r
+	cancelled.Status = checkpoint.StatusCancelled
+	if cancelled, err = s.UpdateRun(ctx(t), cancelled); err != nil {
+		t.Fatalf("UpdateRun: %v", err)
+	}
+	late = newCheckpoint("stale-2", 1, "late")
+	_, err = s.Commit(ctx(t), advance(r, 1), late)
+	wantErr(t, "Commit after a cancel", err, checkpoint.ErrConflict)
+	stored := mustGet(t, s, "stale-2")
+	sameRun(t, "run after a Commit that lost to a cancel", stored, cancelled)
+	if stored.Rev != cancelled.Rev {
+		t.Fatalf("Rev = %d after a refused Commit, want %d", stored.Rev, cancelled.Rev)
+	}
+	c, err := s.Checkpoint(ctx(t), "stale-2", 1)
+	if opts.CheckpointFirst {
+		if err != nil {
+			t.Fatalf("Checkpoint after a Commit that lost to a cancel: %v (the checkpoint stays)", err)
+		}
+		sameCheckpoint(t, "checkpoint after a Commit that lost to a cancel", c, late)
+	} else {
+		wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
 	}
 }
 
@@ -233,9 +278,10 @@ func testCommitConcurrent(t *testing.T, s checkpoint.Store) {
 	}
 }
 
-// A cancel and a commit read the same revision; exactly one may land, and
-// the store never ends with a checkpoint whose run did not advance.
-func testCommitRacesCancel(t *testing.T, s checkpoint.Store) {
+// A cancel and a commit read the same revision; exactly one may move the
+// run. A strict store never ends with a checkpoint whose run did not
+// advance; a CheckpointFirst store may, and then it is the commit's own.
+func testCommitRacesCancel(t *testing.T, s checkpoint.Store, opts Options) {
 	var commits, cancels int
 	defer func() { t.Logf("commit won %d times, cancel won %d times", commits, cancels) }()
 	for i := range 50 {
@@ -262,7 +308,7 @@ func testCommitRacesCancel(t *testing.T, s checkpoint.Store) {
 		wg.Wait()
 
 		stored := mustGet(t, s, id)
-		_, cpErr := s.Checkpoint(ctx(t), id, 1)
+		cp, cpErr := s.Checkpoint(ctx(t), id, 1)
 		switch {
 		case commitErr == nil && cancelErr == nil:
 			t.Fatalf("%s: both the commit and the cancel succeeded on rev %d", id, r.Rev)
@@ -274,7 +320,11 @@ func testCommitRacesCancel(t *testing.T, s checkpoint.Store) {
 			commits++
 		case cancelErr == nil:
 			wantErr(t, id+": commit after cancel", commitErr, checkpoint.ErrConflict)
-			wantErr(t, id+": checkpoint after cancel won", cpErr, checkpoint.ErrNotFound)
+			if opts.CheckpointFirst && cpErr == nil {
+				sameCheckpoint(t, id+": checkpoint left by a commit that lost to a cancel", cp, newCheckpoint(id, 1, "worker"))
+			} else {
+				wantErr(t, id+": checkpoint after cancel won", cpErr, checkpoint.ErrNotFound)
+			}
 			if stored.Status != checkpoint.StatusCancelled || stored.Step != 1 {
 				t.Fatalf("%s: cancel won but run is %s at step %d", id, stored.Status, stored.Step)
 			}

@@ -11,7 +11,9 @@
 //	}
 //
 // The suite asserts concrete values, so a store that loses a field, orders
-// wrongly or lets two writers win fails it.
+// wrongly or lets two writers win fails it. A store whose documented
+// semantics differ from the strict contract says how with RunWith and
+// Options; the suite then checks that semantics instead, just as strictly.
 package checkpointtest
 
 import (
@@ -27,10 +29,33 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
-// Run runs every conformance subtest against stores made by newStore.
-// Subtests run in parallel, so newStore must be safe to call concurrently
-// and each store it returns must not see the others' data.
+// Options name the documented ways a store's semantics differ from the
+// strict contract of checkpoint.Store. The zero value is the strict
+// contract (the Redis store keeps it).
+type Options struct {
+	// CheckpointFirst: Commit stores the checkpoint, then moves the run, in
+	// two writes (the JetStream KV store). A commit whose run changed after
+	// the caller read it may still store its checkpoint, which is then the
+	// step's result (it was the first writer): if the run is still running
+	// at that step, Commit moves it onto the checkpoint and succeeds, keeping
+	// what the other writer recorded; if the run went elsewhere (cancelled),
+	// Commit returns ErrConflict, the run record is left as it is and the
+	// checkpoint stays. A strict store writes nothing on ErrConflict.
+	CheckpointFirst bool
+}
+
+// Run runs every conformance subtest against stores made by newStore,
+// holding them to the strict contract (RunWith with zero Options).
 func Run(t *testing.T, newStore func(t *testing.T) checkpoint.Store) {
+	t.Helper()
+	RunWith(t, Options{}, newStore)
+}
+
+// RunWith runs every conformance subtest against stores made by newStore,
+// with the semantics opts name. Subtests run in parallel, so newStore must
+// be safe to call concurrently and each store it returns must not see the
+// others' data.
+func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.Store) {
 	t.Helper()
 	tests := []struct {
 		name string
@@ -45,11 +70,11 @@ func Run(t *testing.T, newStore func(t *testing.T) checkpoint.Store) {
 		{"UpdateRunCAS", testUpdateRunCAS},
 		{"Load", testLoad},
 		{"CommitHappyPath", testCommitHappyPath},
-		{"CommitStaleRev", testCommitStaleRev},
+		{"CommitStaleRev", func(t *testing.T, s checkpoint.Store) { testCommitStaleRev(t, s, opts) }},
 		{"CommitExistingStep", testCommitExistingStep},
 		{"CommitUnknownRun", testCommitUnknownRun},
 		{"CommitConcurrent", testCommitConcurrent},
-		{"CommitRacesCancel", testCommitRacesCancel},
+		{"CommitRacesCancel", func(t *testing.T, s checkpoint.Store) { testCommitRacesCancel(t, s, opts) }},
 		{"CheckpointsInOrder", testCheckpointsInOrder},
 		{"RecordCallFirstWriterWins", testRecordCallFirstWriterWins},
 		{"RecordCallConcurrentSameName", testRecordCallConcurrentSameName},

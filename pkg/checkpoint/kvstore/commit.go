@@ -2,56 +2,30 @@ package kvstore
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
-// Atomic batch publish headers (nats-server 2.12+, ADR-50). nats.go has no
-// client API for them yet.
-const (
-	hdrBatchID     = "Nats-Batch-Id"
-	hdrBatchSeq    = "Nats-Batch-Sequence"
-	hdrBatchCommit = "Nats-Batch-Commit"
-)
+// maxSettleRetries bounds the compare-and-set loop that moves a run onto a
+// checkpoint whose commit lost the run's revision; each lost round means
+// the run record changed again meanwhile.
+const maxSettleRetries = 100
 
-// Server error codes a commit handles; the rest are returned wrapped.
-const (
-	codeWrongLastSeq         jetstream.ErrorCode = 10071 // JSStreamWrongLastSequenceErr
-	codeWrongLastSeqConstant jetstream.ErrorCode = 10164 // same, on replicated streams
-	codeBatchIncomplete      jetstream.ErrorCode = 10176 // JSAtomicPublishIncompleteBatchErr
-	codeBatchTooManyInflight jetstream.ErrorCode = 10210 // JSAtomicPublishTooManyInflight
-)
-
-// commitAttempts bounds retries of batches the server refused before
-// looking at them (too many in flight, or staged incompletely).
-const commitAttempts = 5
-
-// batchAck is the reply to a batch's commit message: a PubAck for the last
-// message of the batch, or an API error.
-type batchAck struct {
-	Error  *jetstream.APIError `json:"error,omitempty"`
-	Stream string              `json:"stream"`
-	Seq    uint64              `json:"seq"`
-	Batch  string              `json:"batch"`
-	Count  int                 `json:"count"`
-}
-
-// Commit writes cp first-writer-wins together with run, provided run.Rev
-// is still the run's KV revision. Both land in one JetStream atomic batch:
+// Commit writes cp first-writer-wins, then moves the run to run's cursor:
 //
-//  1. cp.<R>.<n> with Nats-Expected-Last-Subject-Sequence 0 (create-only)
-//  2. run.<R> with Nats-Expected-Last-Subject-Sequence run.Rev, committing
+//  1. cp.<R>.<n> create-only: the first writer of step n wins; a loser
+//     gets ErrCheckpointExists and has written nothing.
+//  2. run.<R> compare-and-set on run.Rev.
 //
-// The server checks both expectations at commit and stores both or
-// neither. The run's new revision is the sequence of the second message,
-// which the commit's PubAck reports.
+// The run only moves after its checkpoint is stored, so a crash between
+// the two leaves a run that lags its checkpoint, which the worker rolls
+// forward on redelivery. If step 2 loses its revision, the checkpoint is
+// stored and is step n's result all the same; settle then makes the run
+// agree with it (see settle) instead of undoing it: a concurrent reader may
+// already have rolled the run forward over it.
 func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
 	if cp.RunID == "" {
 		cp.RunID = run.ID
@@ -62,15 +36,15 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	fail := func(err error) (checkpoint.Run, error) {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d at rev %d: %w", run.ID, cp.Step, run.Rev, err)
 	}
-	// Expecting sequence 0 on the run would create a run that is not there.
+	// Revision 0 would make the run update a create: never write then.
 	if run.Rev == 0 {
 		return fail(s.whyRefused(ctx, run.ID, cp.Step))
 	}
-	runDoc, err := marshal(run)
+	cpDoc, err := marshal(cp)
 	if err != nil {
 		return fail(err)
 	}
-	cpDoc, err := marshal(cp)
+	runDoc, err := marshal(run)
 	if err != nil {
 		return fail(err)
 	}
@@ -80,75 +54,108 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		defer cancel()
 	}
 
-	for attempt := 1; ; attempt++ {
-		ack, err := s.publishBatch(ctx, run, cp, runDoc, cpDoc)
+	cpRev, err := s.kv.Create(ctx, cpKey(run.ID, cp.Step), cpDoc)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return fail(checkpoint.ErrCheckpointExists)
+	}
+	if err != nil {
+		// No PubAck: the checkpoint may or may not be stored. The caller
+		// retries the step, whose Load finds out.
+		return fail(err)
+	}
+	if s.afterCheckpoint != nil {
+		s.afterCheckpoint(ctx)
+	}
+	rev, err := s.kv.Update(ctx, runKey(run.ID), runDoc, run.Rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		settled, err := s.settle(ctx, run, cp, cpRev)
 		if err != nil {
-			// No reply: the batch may or may not have landed. The caller
-			// retries the step, whose Load then finds out.
 			return fail(err)
 		}
-		if ack.Error == nil {
-			if ack.Count != 2 || ack.Seq == 0 {
-				return fail(fmt.Errorf("unexpected batch ack %+v", ack))
-			}
-			run.Rev = ack.Seq
-			return run, nil
-		}
-		switch ack.Error.ErrorCode {
-		case codeWrongLastSeq, codeWrongLastSeqConstant:
-			return fail(s.whyRefused(ctx, run.ID, cp.Step))
-		case codeBatchTooManyInflight, codeBatchIncomplete:
-			// Refused before anything was stored: safe to send again.
-			if attempt < commitAttempts {
-				if err := sleep(ctx, time.Duration(attempt)*10*time.Millisecond); err != nil {
-					return fail(err)
-				}
-				continue
-			}
-		}
-		return fail(ack.Error)
+		return settled, nil
 	}
+	if err != nil {
+		// The checkpoint is stored; the run may lag it, which the
+		// redelivery's Load sees and rolls forward.
+		return fail(err)
+	}
+	run.Rev = rev
+	return run, nil
 }
 
-// publishBatch sends the two messages of a commit on one connection, which
-// keeps them in order; only the committing message asks for a reply.
-func (s *Store) publishBatch(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, runDoc, cpDoc []byte) (batchAck, error) {
-	id := nuid.Next() // 22 characters; the server allows up to 64
-	first := &nats.Msg{
-		Subject: s.subject(cpKey(run.ID, cp.Step)),
-		Header: nats.Header{
-			hdrBatchID:                          []string{id},
-			hdrBatchSeq:                         []string{"1"},
-			jetstream.ExpectedLastSubjSeqHeader: []string{"0"},
-		},
-		Data: cpDoc,
+// settle finishes a commit whose checkpoint n is stored but whose run
+// compare-and-set lost: the run record changed after the caller read it.
+// The checkpoint stays (first writer wins), and the run record decides:
+//
+//   - still running at step n (an audit entry, a redrive, a roll-forward
+//     race lost by nobody yet): the commit's cursor fields are set on the
+//     current record and the commit succeeds;
+//   - already moved past n by a reader that found the checkpoint and
+//     rolled the run forward: the commit succeeds with the stored run;
+//   - anything else (cancelled, parked, dead at step n): ErrConflict. The
+//     run record is the truth; the checkpoint stays as a record of work
+//     done, and is adopted only if the run runs step n again.
+//   - no run at all: the checkpoint is removed (no run could have rolled
+//     forward over it) and the answer is ErrNotFound.
+func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint, cpRev uint64) (checkpoint.Run, error) {
+	for range maxSettleRetries {
+		e, err := s.kv.Get(ctx, runKey(next.ID))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := s.kv.Delete(ctx, cpKey(next.ID, cp.Step), jetstream.LastRevision(cpRev)); err != nil {
+				return checkpoint.Run{}, errors.Join(checkpoint.ErrNotFound, fmt.Errorf("remove the checkpoint of a missing run: %w", err))
+			}
+			return checkpoint.Run{}, checkpoint.ErrNotFound
+		}
+		if err != nil {
+			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
+		}
+		stored, err := decodeRun(e)
+		if err != nil {
+			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
+		}
+		switch {
+		case stored.Status == checkpoint.StatusRunning && stored.Step == cp.Step:
+			merged := withCursor(stored, next)
+			doc, err := marshal(merged)
+			if err != nil {
+				return checkpoint.Run{}, err
+			}
+			rev, err := s.kv.Update(ctx, runKey(next.ID), doc, stored.Rev)
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue
+			}
+			if err != nil {
+				return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
+			}
+			merged.Rev = rev
+			return merged, nil
+		case advancedBy(stored, cp):
+			return stored, nil
+		default:
+			return checkpoint.Run{}, checkpoint.ErrConflict
+		}
 	}
-	last := &nats.Msg{
-		Subject: s.subject(runKey(run.ID)),
-		Header: nats.Header{
-			hdrBatchID:                          []string{id},
-			hdrBatchSeq:                         []string{"2"},
-			hdrBatchCommit:                      []string{"1"},
-			jetstream.ExpectedLastSubjSeqHeader: []string{strconv.FormatUint(run.Rev, 10)},
-		},
-		Data: runDoc,
+	return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run still contended after %d attempts: %w", maxSettleRetries, checkpoint.ErrConflict)
+}
+
+// withCursor returns stored with the fields a commit sets taken from next:
+// the cursor, the status and its wait or error, the step counters. What
+// others record on a run (approvals, audit, resumes, redrives) is kept.
+func withCursor(stored, next checkpoint.Run) checkpoint.Run {
+	stored.Status, stored.Step, stored.StepName = next.Status, next.Step, next.StepName
+	stored.Wait, stored.Error = next.Wait, next.Error
+	stored.Steps, stored.Spend = next.Steps, next.Spend
+	stored.UpdatedAt = next.UpdatedAt
+	return stored
+}
+
+// advancedBy reports whether run has already moved on from step cp.Step
+// by cp: past the step, or ended at it with cp's terminal status.
+func advancedBy(run checkpoint.Run, cp checkpoint.Checkpoint) bool {
+	if run.Step > cp.Step {
+		return true
 	}
-	nc := s.conn()
-	if err := nc.PublishMsg(first); err != nil {
-		return batchAck{}, err
-	}
-	reply, err := nc.RequestMsgWithContext(ctx, last)
-	if err != nil {
-		return batchAck{}, err
-	}
-	var ack batchAck
-	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return batchAck{}, fmt.Errorf("decode batch ack %q: %w", reply.Data, err)
-	}
-	if ack.Error == nil && ack.Batch != id {
-		return batchAck{}, fmt.Errorf("batch ack for %q, sent %q", ack.Batch, id)
-	}
-	return ack, nil
+	return run.Step == cp.Step && cp.Status.Terminal() && run.Status == cp.Status
 }
 
 func checkCommit(run checkpoint.Run, cp checkpoint.Checkpoint) error {
@@ -162,15 +169,4 @@ func checkCommit(run checkpoint.Run, cp checkpoint.Checkpoint) error {
 		return fmt.Errorf("commit checkpoint %s:%d: steps count from 1", run.ID, cp.Step)
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

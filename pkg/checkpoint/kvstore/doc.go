@@ -2,13 +2,30 @@
 // Redis is configured (`durable dev` runs on it with an embedded server).
 //
 // A run, each checkpoint, and each step's call journal and failures are KV
-// keys; a run's revision is its key's KV revision. Commit writes the
-// checkpoint and the run in one JetStream atomic batch (nats-server 2.12 or
-// later), with the checkpoint expected absent and the run expected at the
-// caller's revision, so both land or neither does. New turns on atomic
-// publish on the bucket's stream. Checkpoint keys are never deleted or
-// expired: a KV create succeeds over a delete marker, which would let a
-// replay commit a step twice.
+// keys; a run's revision is its key's KV revision.
+//
+// Commit is two ordinary writes, not one transaction: the checkpoint key,
+// create-only (the first writer of a step wins, a loser writes nothing and
+// gets checkpoint.ErrCheckpointExists), then the run, compare-and-set on
+// the caller's revision. A run therefore never moves before its
+// checkpoint is stored; a crash between the writes leaves a run that lags
+// its checkpoint, which the worker rolls forward when the step is
+// delivered again. When the run changed between the caller's read and the
+// second write, the checkpoint is stored all the same and is the step's
+// result: a run still running at that step is moved onto it (keeping what
+// the other writer recorded, such as an audit entry) and Commit succeeds;
+// a run already rolled forward onto it makes Commit succeed as well; a run
+// that went elsewhere (cancelled, parked, dead) is left alone and Commit
+// returns checkpoint.ErrConflict. The run record is the truth: such a
+// checkpoint shows in Load and Checkpoints (and `durable runs show`) as
+// work done for a step the run did not take, and is adopted only if the
+// run comes back to run that step (a redrive). The conformance suite runs
+// with checkpointtest.Options{CheckpointFirst: true} for this.
+//
+// Checkpoint keys are never deleted while their run exists: a KV create
+// succeeds over a delete marker, which would let a replay commit a step
+// twice. The one exception is a commit to a run that does not exist (a
+// caller bug), whose checkpoint is removed again.
 //
 //	nc, err := nats.Connect(os.Getenv("DURABLE_NATS_URL"))
 //	if err != nil {

@@ -52,78 +52,15 @@ func newStore(t *testing.T, js jetstream.JetStream) (*kvstore.Store, string) {
 
 func TestConformance(t *testing.T) {
 	js := connect(t)
-	checkpointtest.Run(t, func(t *testing.T) checkpoint.Store {
+	// Commit is two writes, checkpoint first (see the package doc).
+	checkpointtest.RunWith(t, checkpointtest.Options{CheckpointFirst: true}, func(t *testing.T) checkpoint.Store {
 		s, _ := newStore(t, js)
 		return s
 	})
 }
 
-// A refused commit leaves no trace: neither the checkpoint key nor a new
-// revision of the run.
-func TestCommitIsAtomic(t *testing.T) {
-	js := connect(t)
-	ctx := testCtx(t)
-	s, bucket := newStore(t, js)
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "atomic-1", Workflow: "w", Status: checkpoint.StatusRunning, Step: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	moved := run
-	moved.Resumes = 1
-	if moved, err = s.UpdateRun(ctx, moved); err != nil {
-		t.Fatal(err)
-	}
-	before, err := js.Stream(ctx, "KV_"+bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lastSeq := before.CachedInfo().State.LastSeq
-
-	stale := run
-	stale.Step = 2
-	_, err = s.Commit(ctx, stale, checkpoint.Checkpoint{Step: 1, State: []byte(`{"lost":true}`)})
-	if !errors.Is(err, checkpoint.ErrConflict) {
-		t.Fatalf("Commit with a stale rev: %v, want ErrConflict", err)
-	}
-	if _, err := kv.Get(ctx, "cp.atomic-1.1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("checkpoint key after a refused commit: %v, want ErrKeyNotFound", err)
-	}
-	info, err := before.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.LastSeq != lastSeq {
-		t.Fatalf("stream moved from seq %d to %d on a refused commit", lastSeq, info.State.LastSeq)
-	}
-
-	// The accepted commit stores both messages back to back; the run's new
-	// revision is the batch's last sequence.
-	next := moved
-	next.Step = 2
-	got, err := s.Commit(ctx, next, checkpoint.Checkpoint{Step: 1, State: []byte(`{"ok":true}`)})
-	if err != nil {
-		t.Fatalf("Commit: %v", err)
-	}
-	cpEntry, err := kv.Get(ctx, "cp.atomic-1.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	runEntry, err := kv.Get(ctx, "run.atomic-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Rev != runEntry.Revision() || cpEntry.Revision() != got.Rev-1 || got.Rev != lastSeq+2 {
-		t.Fatalf("revisions: commit returned %d, run key at %d, checkpoint key at %d, stream was at %d",
-			got.Rev, runEntry.Revision(), cpEntry.Revision(), lastSeq)
-	}
-}
-
-// New binds an existing bucket (another worker created it) and keeps
-// atomic publish on; a plain KV bind must not turn it off.
+// New binds an existing bucket (another worker created it) and keeps its
+// configuration.
 func TestNewIsIdempotent(t *testing.T) {
 	js := connect(t)
 	ctx := testCtx(t)
@@ -138,11 +75,11 @@ func TestNewIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
-	if !cfg.AllowAtomicPublish || cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 {
-		t.Fatalf("stream config: atomic %v storage %v replicas %d", cfg.AllowAtomicPublish, cfg.Storage, cfg.Replicas)
+	if cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 {
+		t.Fatalf("stream config: storage %v replicas %d", cfg.Storage, cfg.Replicas)
 	}
 
-	// A bucket created by someone else without the flag gets it.
+	// A bucket created by someone else works as it is.
 	other := uniqueBucket()
 	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: other}); err != nil {
 		t.Fatal(err)

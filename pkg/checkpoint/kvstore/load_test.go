@@ -8,8 +8,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
-// Many workers committing at once stay under the server's limit of atomic
-// batches in flight per stream (50 by default), or retry past it.
+// Many workers committing at once all land.
 func TestManyConcurrentCommits(t *testing.T) {
 	js := connect(t)
 	ctx := testCtx(t)

@@ -8,8 +8,8 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 )
 
-// Checkpoints and the atomic-publish setting survive a server restart on
-// the same store directory, and commits go on from the stored revision.
+// Checkpoints survive a server restart on the same store directory, and
+// commits go on from the stored revision.
 func TestSurvivesRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs an embedded nats-server")

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,28 +29,26 @@ type Options struct {
 // Keys, with R the run id and n the step:
 //
 //	run.<R>                  run JSON; its KV revision is Run.Rev
-//	cp.<R>.<n>               checkpoint n JSON, created once, never deleted
+//	cp.<R>.<n>               checkpoint n JSON, created once, kept while its run exists
 //	j.<R>.<n>                journal of step n: JSON object call name -> record
 //	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
 //	wf.<name>.<version>      workflow JSON
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //
-// A commit is one JetStream atomic batch: checkpoint create and run
-// compare-and-set land together or not at all.
+// A commit writes the checkpoint, then the run (see Commit).
 type Store struct {
-	js        jetstream.JetStream
-	kv        jetstream.KeyValue
-	putPrefix string
-	timeout   time.Duration
+	kv      jetstream.KeyValue
+	timeout time.Duration
+
+	// afterCheckpoint, when set (by tests), runs between a commit's two
+	// writes.
+	afterCheckpoint func(ctx context.Context)
 }
 
 var _ checkpoint.Store = (*Store)(nil)
 
-// New binds the bucket, creating it when missing, and enables atomic batch
-// publish on its stream. It is safe to call from many processes at once.
-//
-// It does not use CreateOrUpdateKeyValue: that rewrites the whole stream
-// config and would switch atomic publish off under running workers.
+// New binds the bucket, creating it when missing. It is safe to call from
+// many processes at once. An existing bucket keeps its configuration.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	if opts.Bucket == "" {
 		opts.Bucket = "durable"
@@ -67,10 +63,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
 	}
-	if err := enableAtomicPublish(ctx, js, "KV_"+opts.Bucket); err != nil {
-		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
-	}
-	return &Store{js: js, kv: kv, putPrefix: putPrefix(js, opts.Bucket), timeout: opts.Timeout}, nil
+	return &Store{kv: kv, timeout: opts.Timeout}, nil
 }
 
 func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
@@ -88,27 +81,6 @@ func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (je
 		return js.KeyValue(ctx, opts.Bucket)
 	}
 	return kv, err
-}
-
-func enableAtomicPublish(ctx context.Context, js jetstream.JetStream, stream string) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	cfg := st.CachedInfo().Config
-	if cfg.AllowAtomicPublish {
-		return nil
-	}
-	cfg.AllowAtomicPublish = true
-	updated, err := js.UpdateStream(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("enable atomic publish: %w", err)
-	}
-	// A server before 2.12 ignores the unknown field instead of refusing it.
-	if !updated.CachedInfo().Config.AllowAtomicPublish {
-		return errors.New("enable atomic publish: the server does not support atomic batch publish (needs nats-server 2.12 or later)")
-	}
-	return nil
 }
 
 func checkID(id string) error {
@@ -137,24 +109,3 @@ func dueKey(id string) string { return "due." + id }
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }
-
-// subject is where a KV put of key is published. Like the KV client, it
-// goes through the JetStream API prefix when one is set (a domain or an
-// imported account's prefix).
-func (s *Store) subject(key string) string { return s.putPrefix + key }
-
-func putPrefix(js jetstream.JetStream, bucket string) string {
-	o := js.Options()
-	var api string
-	switch {
-	case o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix:
-		api = strings.TrimSuffix(o.APIPrefix, ".") + "."
-	case o.Domain != "":
-		api = "$JS." + o.Domain + ".API."
-	}
-	return api + "$KV." + bucket + "."
-}
-
-// conn is the core NATS connection, for the atomic batch publish the KV
-// API does not expose.
-func (s *Store) conn() *nats.Conn { return s.js.Conn() }
