@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +42,14 @@ type Config struct {
 	Concurrency int
 	// SkipFloor leaves out the floor pipeline (and its ratios).
 	SkipFloor bool
+	// Parked is N, the runs the waiting-at-scale phase parks at an
+	// approval on the Redis store, after the other phases. Default
+	// 100,000; negative skips the phase, as does a bench without the
+	// Redis store.
+	Parked int
+	// ParkedOnly runs the waiting-at-scale phase alone (on the Redis
+	// store; Stores, SkipFloor, Runs and LatencyRuns do not apply).
+	ParkedOnly bool
 	// Dir holds the servers' data and the worker logs. Default: a new
 	// temporary directory, removed at the end.
 	Dir string
@@ -78,6 +87,19 @@ func (c *Config) settle() error {
 	if c.Concurrency == 0 {
 		c.Concurrency = 128
 	}
+	if c.Parked == 0 {
+		c.Parked = 100000
+	}
+	c.Parked = max(c.Parked, 0)
+	if c.ParkedOnly {
+		if c.Parked == 0 {
+			return errors.New("only the waiting-at-scale phase, with no runs to park: give Parked at least 1")
+		}
+		if !slices.Contains(c.Stores, StoreRedis) {
+			return errors.New("the waiting-at-scale phase runs on the Redis store: include it")
+		}
+		c.Stores, c.SkipFloor = []string{StoreRedis}, true
+	}
 	if c.Runs < 1 || c.Concurrency < 1 {
 		return fmt.Errorf("runs %d and concurrency %d: want at least 1", c.Runs, c.Concurrency)
 	}
@@ -105,6 +127,7 @@ type Bench struct {
 	rmDir    bool
 	srv      *Servers
 	nc       *nats.Conn // the driver's: starts runs, verifies them
+	js       jetstream.JetStream
 	watchNC  *nats.Conn // the ack watchers'
 	rdb      *redis.Client
 	systems  []*system
@@ -148,6 +171,7 @@ func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
 	if err != nil {
 		return nil, err
 	}
+	b.js = js
 	if b.srv.RedisURL != "" {
 		opt, err := redis.ParseURL(b.srv.RedisURL)
 		if err != nil {
@@ -217,8 +241,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer b.Close()
 	rep := b.report
 	rep.Started = began.UTC()
-	b.progress.linef("durable bench: %s on %s; %s", rep.Workload, strings.Join(b.Systems(), ", "), rep.describe())
-	for _, name := range b.Systems() {
+	if cfg.ParkedOnly {
+		b.progress.linef("durable bench: waiting at scale only, %d runs parked on %s", b.cfg.Parked, SystemDurableRedis)
+	} else {
+		b.progress.linef("durable bench: %s on %s; %s", rep.Workload, strings.Join(b.Systems(), ", "), rep.describe())
+	}
+	var names []string
+	if !cfg.ParkedOnly {
+		names = b.Systems()
+	}
+	for _, name := range names {
 		res, err := b.Measure(ctx, name)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -229,6 +261,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Results = append(rep.Results, res)
 	}
 	rep.ratios()
+	// Last, so that the claims-9 phases run on servers without 100,000
+	// runs and their messages.
+	if b.cfg.Parked > 0 && slices.Contains(b.cfg.Stores, StoreRedis) {
+		if rep.Parked, err = b.Parked(ctx, b.cfg.Parked); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("bench interrupted during the waiting-at-scale phase: %w", ctx.Err())
+			}
+			return nil, err
+		}
+	}
 	rep.WallSeconds = time.Since(began).Seconds()
 	return &rep, nil
 }

@@ -25,7 +25,7 @@ const workerEnv = "DURABLE_BENCH_TEST_WORKER"
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := bench.RunWorker(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		err := bench.RunWorker(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench-worker:", err)
@@ -86,7 +86,7 @@ func TestBenchSmoke(t *testing.T) {
 	var progress bytes.Buffer
 	rep, err := bench.Run(ctx, bench.Config{
 		Runs: 20, LatencyRuns: 3, Concurrency: 16, WorkerCommand: testWorker,
-		WorkerLogLevel: "warn", Progress: &progress, Dir: t.TempDir(),
+		WorkerLogLevel: "warn", Progress: &progress, Dir: t.TempDir(), Parked: -1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -213,4 +213,103 @@ func benchmarkSystem(b *testing.B, system string, cfg bench.Config) {
 	}
 	b.ReportMetric(tp.StepsPerS, "steps/s")
 	b.ReportMetric(tp.WorkerCPU.Seconds()*1000/float64(tp.Steps), "worker-cpu-s/1k-steps")
+}
+
+// The waiting-at-scale phase alone with a small N: every run parks and is
+// swept, every figure is present and plausible, the report shows each
+// with its bound. Timing bounds are not asserted: they are the bench's to
+// report, on whatever machine runs it.
+func TestParked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server, nats-server and a worker process")
+	}
+	const n = 2000
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress bytes.Buffer
+	rep, err := bench.Run(ctx, bench.Config{
+		ParkedOnly: true, Parked: n, Concurrency: 32, WorkerCommand: testWorker,
+		WorkerLogLevel: "warn", Progress: &progress, Dir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 0 {
+		t.Errorf("only the parked phase ran, yet %d claims-9 results", len(rep.Results))
+	}
+	p := rep.Parked
+	if p == nil {
+		t.Fatal("no parked result")
+	}
+	if p.Runs != n || p.VerifiedWaiting != n || p.VerifiedExpired != n || p.WorkerParked < n {
+		t.Errorf("runs %d, verified waiting %d and expired %d, worker parked %d: want %d", p.Runs, p.VerifiedWaiting, p.VerifiedExpired, p.WorkerParked, n)
+	}
+	if p.StartSeconds <= 0 || p.StartsPerS <= 0 || p.ParkSeconds < p.StartSeconds || p.ParksPerS <= 0 {
+		t.Errorf("starts %.2fs (%.0f/s), parks %.2fs (%.0f/s)", p.StartSeconds, p.StartsPerS, p.ParkSeconds, p.ParksPerS)
+	}
+	if p.WorkerRSSIdleMiB < 1 || p.WorkerRSSParkedMiB < 1 || p.WorkerRSSParkedNoGCMiB < 1 || p.WorkerPeakRSSMiB < p.WorkerRSSParkedMiB {
+		t.Errorf("worker RSS idle %.1f, parked %.1f (before GC %.1f), peak %.1f MiB", p.WorkerRSSIdleMiB, p.WorkerRSSParkedMiB, p.WorkerRSSParkedNoGCMiB, p.WorkerPeakRSSMiB)
+	}
+	if p.WorkerGoroutinesIdle < 2 || p.WorkerGoroutinesParked < 2 || p.WorkerHeapIdleMiB <= 0 || p.WorkerHeapParkedMiB <= 0 {
+		t.Errorf("worker goroutines %d -> %d, heap %.1f -> %.1f MiB", p.WorkerGoroutinesIdle, p.WorkerGoroutinesParked, p.WorkerHeapIdleMiB, p.WorkerHeapParkedMiB)
+	}
+	// A parked run is a record of some hundred bytes plus two index
+	// entries: anything under 100 bytes or over 64 KiB is a wrong reading.
+	if p.RedisBytesPerRun < 100 || p.RedisBytesPerRun > 64<<10 || p.RedisRunKeyBytes < 100 || p.RedisRunKeyBytes > p.RedisBytesPerRun*2 {
+		t.Errorf("Redis %.0f bytes per parked run, run record %.0f bytes", p.RedisBytesPerRun, p.RedisRunKeyBytes)
+	}
+	if p.SweepSeconds <= 0 || p.FirstExpirySeconds <= 0 || p.FirstExpirySeconds > p.SweepSeconds || p.SweepErrors != 0 || p.SweepBatch < 1 {
+		t.Errorf("sweep %.2fs, first expiry after %.2fs, %d errors, batch %d", p.SweepSeconds, p.FirstExpirySeconds, p.SweepErrors, p.SweepBatch)
+	}
+	if p.ParkCPU.Worker <= 0 || p.ParkCPU.Bench <= 0 || p.SweepCPU.Bench <= 0 {
+		t.Errorf("CPU while parking %+v, while sweeping %+v", p.ParkCPU, p.SweepCPU)
+	}
+	if p.PhaseSeconds < p.ParkSeconds+p.SweepSeconds {
+		t.Errorf("phase %.1fs, shorter than parking %.1fs and sweeping %.1fs", p.PhaseSeconds, p.ParkSeconds, p.SweepSeconds)
+	}
+
+	var text bytes.Buffer
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("progress:\n%s\nreport:%s", progress.String(), text.String())
+	for _, want := range []string{"worker RSS, idle -> 2000 parked", "within 10% of idle", "worker goroutines", "must not grow",
+		"Redis memory per parked run", "<= 2048 B", "sweep of 2000 expired waits", "< 20s", "runs/s"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("report has no %q", want)
+		}
+	}
+	if strings.Contains(text.String(), "steps/s") || strings.Contains(text.String(), "RESULT") {
+		t.Errorf("report of the parked phase alone shows claims-9 figures:\n%s", text.String())
+	}
+	if got := regexp.MustCompile(`\b(PASS|FAIL)\b`).FindAllString(text.String(), -1); len(got) != 4 {
+		t.Errorf("%d verdicts in the report, want 4 (RSS, goroutines, Redis, sweep)", len(got))
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var decoded struct {
+		Parked map[string]any `json:"parked"`
+	}
+	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"worker_rss_idle_mib", "worker_rss_parked_mib", "worker_goroutines_idle", "worker_goroutines_parked",
+		"redis_bytes_per_parked_run", "sweep_s", "starts_per_s", "phase_s", "worker_rss_ok", "sweep_ok"} {
+		if _, ok := decoded.Parked[k]; !ok {
+			t.Errorf("JSON parked has no %s", k)
+		}
+	}
+}
+
+func TestParkedConfig(t *testing.T) {
+	for _, cfg := range []bench.Config{
+		{ParkedOnly: true, Parked: -1},
+		{ParkedOnly: true, Stores: []string{bench.StoreKV}},
+	} {
+		if _, err := bench.Run(context.Background(), cfg); err == nil {
+			t.Errorf("Run(%+v) ran", cfg)
+		}
+	}
 }

@@ -259,11 +259,30 @@ func (m *Meter) await(ctx context.Context, label string, reached <-chan time.Tim
 // cpuSample is the CPU time used so far by the processes a bench watches.
 type cpuSample struct{ worker, redis, self time.Duration }
 
-// cpu samples the worker's, redis-server's and this process's CPU time;
-// what can't be read counts as zero.
+// CPUSeconds is the CPU time, in seconds, the bench's processes used over
+// a span: the worker process, redis-server, and the bench process (its
+// driver and the embedded nats-server).
+type CPUSeconds struct {
+	Worker float64 `json:"worker"`
+	Redis  float64 `json:"redis_server"`
+	Bench  float64 `json:"bench_process"`
+}
+
+func (s cpuSample) since(before cpuSample) CPUSeconds {
+	return CPUSeconds{
+		Worker: (s.worker - before.worker).Seconds(),
+		Redis:  (s.redis - before.redis).Seconds(),
+		Bench:  (s.self - before.self).Seconds(),
+	}
+}
+
+// cpu samples the worker's (none when workerPID is 0), redis-server's and
+// this process's CPU time; what can't be read counts as zero.
 func (b *Bench) cpu(workerPID int) cpuSample {
 	var s cpuSample
-	s.worker, _, _ = procStats(workerPID)
+	if workerPID > 0 {
+		s.worker, _, _ = procStats(workerPID)
+	}
 	if pid := b.srv.RedisPID(); pid > 0 {
 		s.redis, _, _ = procStats(pid)
 	}

@@ -46,18 +46,30 @@ func procStats(pid int) (cpu time.Duration, peakRSS int64, err error) {
 	}
 	cpu = time.Duration(utime+stime) * time.Second / userHZ
 
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	peakRSS, err = procStatus(pid, "VmHWM")
 	if err != nil {
 		return 0, 0, err
 	}
+	return cpu, peakRSS, nil
+}
+
+// procRSS reads a live process's resident set size now (VmRSS).
+func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
+
+// procStatus reads a size in kB from /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			if err != nil {
-				return 0, 0, fmt.Errorf("/proc/%d/status: VmHWM %q", pid, v)
+				return 0, fmt.Errorf("/proc/%d/status: %s %q", pid, field, v)
 			}
-			return cpu, kb << 10, nil
+			return kb << 10, nil
 		}
 	}
-	return 0, 0, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }

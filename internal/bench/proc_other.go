@@ -17,3 +17,7 @@ func childAttr() *syscall.SysProcAttr { return nil }
 func procStats(int) (time.Duration, int64, error) {
 	return 0, 0, errors.New("worker CPU and RSS are measured from /proc, on Linux only")
 }
+
+func procRSS(int) (int64, error) {
+	return 0, errors.New("worker RSS is measured from /proc, on Linux only")
+}

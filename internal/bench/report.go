@@ -24,6 +24,8 @@ type Report struct {
 	Started        time.Time `json:"started"`
 	WallSeconds    float64   `json:"wall_s"`
 	Results        []Result  `json:"results"`
+	// Parked is the waiting-at-scale phase, when it ran.
+	Parked *ParkedResult `json:"parked,omitempty"`
 }
 
 // Result is one system's figures.
@@ -102,14 +104,36 @@ func (r *Report) ResultLines() []string {
 // WriteText prints the table, the notes and the RESULT lines last.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s: %s\n", r.Workload, r.describe())
+	if len(r.Results) > 0 {
+		fmt.Fprintf(&b, "\n%s: %s\n", r.Workload, r.describe())
+	} else {
+		b.WriteString("\n")
+	}
 	fmt.Fprintf(&b, "servers on 127.0.0.1: nats-server %s embedded (JetStream file store, default sync)", r.NATSServer)
 	if r.RedisServer != "" {
 		fmt.Fprintf(&b, ", redis-server %s (appendonly yes, appendfsync everysec)", r.RedisServer)
 	}
 	fmt.Fprintf(&b, "; worker log level %s\n\n", r.WorkerLogLevel)
+	if len(r.Results) > 0 {
+		if err := r.writeClaims(&b); err != nil {
+			return err
+		}
+	}
+	if r.Parked != nil {
+		if err := r.Parked.writeText(&b); err != nil {
+			return err
+		}
+	}
+	for _, l := range r.ResultLines() {
+		b.WriteString(l + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
 
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+// writeClaims prints the claims-9 table and its notes.
+func (r *Report) writeClaims(b *strings.Builder) error {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "system\tsteps/s\tp50 ms/step\tp99 ms/step\tthroughput/floor\tp50/floor\tworker CPU s/1k steps\tworker peak RSS MiB\t")
 	for _, res := range r.Results {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%.3f\t%s\t%s\t%.3f\t%.1f\t\n", res.System, res.ThroughputStepsPerS,
@@ -119,9 +143,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(&b)
+	fmt.Fprintln(b)
 	for _, res := range r.Results {
-		fmt.Fprintf(&b, "%-14s %d steps in %.2fs (all %d runs started after %.2fs); CPU s/1k steps: worker %.3f, redis-server %.3f, bench process (driver + nats-server) %.3f\n",
+		fmt.Fprintf(b, "%-14s %d steps in %.2fs (all %d runs started after %.2fs); CPU s/1k steps: worker %.3f, redis-server %.3f, bench process (driver + nats-server) %.3f\n",
 			res.System, res.Steps, res.WallSeconds, res.Runs, res.StartSeconds,
 			res.WorkerCPUSPer1000Steps, res.RedisCPUSPer1000Steps, res.BenchCPUSPer1000Steps)
 	}
@@ -130,11 +154,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			"it is Redis-based for both stores, as in WORKLOAD.md: durable-kv's ratios compare it to the same Redis floor.\n")
 	}
 	b.WriteString("\n")
-	for _, l := range r.ResultLines() {
-		b.WriteString(l + "\n")
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	return nil
 }
 
 func ratio(x float64) string {

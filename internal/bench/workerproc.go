@@ -10,9 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,15 +39,20 @@ const (
 const readyLine = "ready"
 
 // RunWorker is the bench's worker process (`durable bench-worker`): one
-// process, registering only the claims-9 workflow (or running the floor),
-// until ctx ends. It prints "ready" on stdout once its consumer exists
-// and its workflow is registered, and logs to stderr.
+// process, registering only the claims-9 workflow (or bench-park, or
+// running the floor), until ctx ends. It prints "ready" on stdout once its
+// consumer exists and its workflow is registered, and logs to stderr.
+// With --stats it answers each line "stats" (or "stats gc": after a
+// garbage collection that returns freed memory to the OS) read from stdin
+// with a stats line on stdout (see workerStats).
 //
-//	bench-worker --mode durable|floor --nats URL [--redis URL] --concurrency N [--log-level L]
-func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+//	bench-worker --mode durable|floor [--workload claims9|park] --nats URL [--redis URL] --concurrency N [--log-level L] [--stats]
+func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	mode := fs.String("mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
+	workload := fs.String("workload", WorkloadClaims9, "durable's workflow: claims9 or park (bench-park, for the waiting-at-scale phase)")
+	stats := fs.Bool("stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
 	natsURL := fs.String("nats", "", "NATS server URL (required)")
 	redisURL := fs.String("redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
 	concurrency := fs.Int("concurrency", 128, "steps in flight")
@@ -60,6 +68,8 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("bench-worker: --nats is required")
 	case *mode != ModeDurable && *mode != ModeFloor:
 		return fmt.Errorf("bench-worker: --mode %q: want durable or floor", *mode)
+	case *workload != WorkloadClaims9 && *workload != WorkloadPark:
+		return fmt.Errorf("bench-worker: --workload %q: want %s or %s", *workload, WorkloadClaims9, WorkloadPark)
 	case *mode == ModeFloor && *redisURL == "":
 		return errors.New("bench-worker: the floor needs --redis")
 	case *concurrency < 1:
@@ -92,7 +102,15 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("connect to Redis at %s: %w", *redisURL, err)
 		}
 	}
-	ready := func() { fmt.Fprintln(stdout, readyLine) }
+	// Lines to stdout come from the ready call and the stats loop: one
+	// writer at a time.
+	var outMu sync.Mutex
+	writeLine := func(line string) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintln(stdout, line)
+	}
+	ready := func() { writeLine(readyLine) }
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
 		if err != nil {
@@ -117,8 +135,12 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	} else if store, err = kvstore.New(ctx, js, kvstore.Options{}); err != nil {
 		return fmt.Errorf("open JetStream KV store: %w", err)
 	}
+	reg := Registry()
+	if *workload == WorkloadPark {
+		reg = ParkRegistry()
+	}
 	w, err := worker.New(worker.Config{
-		JetStream: js, Store: store, Registry: Registry(),
+		JetStream: js, Store: store, Registry: reg,
 		Concurrency: *concurrency, Logger: &log,
 	})
 	if err != nil {
@@ -128,8 +150,78 @@ func RunWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if _, err := w.Setup(ctx); err != nil {
 		return err
 	}
+	if *stats {
+		// The reader blocks on stdin until the bench closes it or the
+		// process exits: it is not waited for.
+		go serveStats(stdin, writeLine, func() int64 { return w.Stats().Parked })
+	}
 	ready()
 	return w.Run(ctx)
+}
+
+// Workloads of durable's worker process.
+const (
+	WorkloadClaims9 = "claims9"
+	WorkloadPark    = "park"
+)
+
+// statsPrefix starts a worker's stats line.
+const statsPrefix = "stats "
+
+// workerStats is what a worker process says about itself in a stats line:
+//
+//	stats goroutines=12 heap_inuse=4112384 parked=100000
+type workerStats struct {
+	Goroutines int
+	HeapInuse  int64 // bytes in in-use heap spans (runtime.MemStats.HeapInuse)
+	Parked     int64 // runs this worker parked
+}
+
+func (s workerStats) line() string {
+	return fmt.Sprintf("%sgoroutines=%d heap_inuse=%d parked=%d", statsPrefix, s.Goroutines, s.HeapInuse, s.Parked)
+}
+
+func parseWorkerStats(line string) (workerStats, error) {
+	var s workerStats
+	rest, ok := strings.CutPrefix(line, statsPrefix)
+	if !ok {
+		return s, fmt.Errorf("not a stats line: %q", line)
+	}
+	for _, f := range strings.Fields(rest) {
+		k, v, _ := strings.Cut(f, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s, fmt.Errorf("stats line %q: %s: %w", line, k, err)
+		}
+		switch k {
+		case "goroutines":
+			s.Goroutines = int(n)
+		case "heap_inuse":
+			s.HeapInuse = n
+		case "parked":
+			s.Parked = n
+		}
+	}
+	return s, nil
+}
+
+// serveStats answers "stats" and "stats gc" lines from in until it ends.
+func serveStats(in io.Reader, writeLine func(string), parked func() int64) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		switch strings.TrimSpace(sc.Text()) {
+		case "stats gc":
+			// What the runtime does by itself within two minutes of
+			// quiet (forced GC, background scavenger), done now.
+			debug.FreeOSMemory()
+		case "stats":
+		default:
+			continue
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		writeLine(workerStats{Goroutines: runtime.NumGoroutine(), HeapInuse: int64(ms.HeapInuse), Parked: parked()}.line())
+	}
 }
 
 // startCPUProfile profiles the process into path until stop is called.
@@ -152,6 +244,10 @@ func startCPUProfile(path string) (stop func(), err error) {
 type workerProc struct {
 	*child
 	logPath string
+	// stdin asks a worker started with --stats for its stats, which
+	// arrive on statsc.
+	stdin  io.WriteCloser
+	statsc chan string
 }
 
 // startWorker starts a worker process with args and waits for its ready
@@ -168,14 +264,26 @@ func startWorker(ctx context.Context, command func(args []string) *exec.Cmd, arg
 	if err != nil {
 		return nil, err
 	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
 	ready := make(chan struct{})
+	statsc := make(chan string, 1)
 	drain := func() {
 		sc := bufio.NewScanner(out)
 		signalled := false
 		for sc.Scan() {
-			if !signalled && strings.TrimSpace(sc.Text()) == readyLine {
+			line := strings.TrimSpace(sc.Text())
+			switch {
+			case !signalled && line == readyLine:
 				close(ready)
 				signalled = true
+			case strings.HasPrefix(line, statsPrefix):
+				select {
+				case statsc <- line:
+				default: // nobody asked: drop it
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, out)
@@ -184,7 +292,7 @@ func startWorker(ctx context.Context, command func(args []string) *exec.Cmd, arg
 	if err != nil {
 		return nil, fmt.Errorf("start worker process %s: %w", filepath.Base(cmd.Path), err)
 	}
-	p := &workerProc{child: c, logPath: logPath}
+	p := &workerProc{child: c, logPath: logPath, stdin: stdin, statsc: statsc}
 	select {
 	case <-ready:
 		return p, nil
@@ -196,6 +304,37 @@ func startWorker(ctx context.Context, command func(args []string) *exec.Cmd, arg
 	case <-ctx.Done():
 		p.stop(0)
 		return nil, ctx.Err()
+	}
+}
+
+// stats asks a worker started with --stats for its stats, after a
+// garbage collection when gc is set, and reads its resident set size.
+func (p *workerProc) stats(ctx context.Context, gc bool) (workerStats, int64, error) {
+	cmd := "stats\n"
+	if gc {
+		cmd = "stats gc\n"
+	}
+	select { // a stale answer from an earlier timeout
+	case <-p.statsc:
+	default:
+	}
+	if _, err := io.WriteString(p.stdin, cmd); err != nil {
+		return workerStats{}, 0, fmt.Errorf("ask the worker for its stats: %w", err)
+	}
+	select {
+	case line := <-p.statsc:
+		st, err := parseWorkerStats(line)
+		if err != nil {
+			return st, 0, err
+		}
+		rss, err := procRSS(p.pid())
+		return st, rss, err
+	case <-p.exitc:
+		return workerStats{}, 0, fmt.Errorf("the worker process exited (%v): %s", p.err, p.logTail())
+	case <-time.After(10 * time.Second):
+		return workerStats{}, 0, errors.New("the worker process did not answer a stats request within 10s")
+	case <-ctx.Done():
+		return workerStats{}, 0, ctx.Err()
 	}
 }
 
@@ -222,8 +361,9 @@ func ownWorker() (func(args []string) *exec.Cmd, error) {
 }
 
 // workerArgs are the flags of a worker process.
-func workerArgs(mode, natsURL, redisURL string, concurrency int, level, cpuProfile string) []string {
+func workerArgs(mode, natsURL, redisURL string, concurrency int, level, cpuProfile string, extra ...string) []string {
 	args := []string{"--mode", mode, "--nats", natsURL, "--concurrency", strconv.Itoa(concurrency), "--log-level", level}
+	args = append(args, extra...)
 	if redisURL != "" {
 		args = append(args, "--redis", redisURL)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
+	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -82,3 +84,63 @@ func Registry() *steps.Registry {
 // runID names run i of a phase (letters, digits and '-': a subject
 // token and a store key).
 func runID(phase string, i int) string { return fmt.Sprintf("%s-%06d", phase, i) }
+
+// ParkWorkflow is the one-step workflow of the waiting-at-scale phase: its
+// step asks for an approval and parks the run; ParkWorkflowVersion its
+// version.
+const (
+	ParkWorkflow        = "bench-park"
+	ParkWorkflowVersion = 1
+	// parkGroup may decide a bench-park approval.
+	parkGroup = "adjusters"
+)
+
+// ParkState is a bench-park run's state (its input): the approval's TTL
+// travels in it so that each phase chooses its own.
+type ParkState struct {
+	RunID  string `json:"run_id"`
+	Amount int64  `json:"amount"`
+	TTLMS  int64  `json:"ttl_ms"`
+}
+
+// ParkPayload is what the approver of a bench-park run sees: small, as a
+// real payout request is.
+type ParkPayload struct {
+	RunID  string `json:"run_id"`
+	Amount int64  `json:"amount"`
+	Reason string `json:"reason"`
+}
+
+// ParkInput is the input of bench-park run id, whose approval expires
+// after ttl (rejected: the default policy).
+func ParkInput(id string, ttl time.Duration) json.RawMessage {
+	b, err := json.Marshal(ParkState{RunID: id, Amount: 1840, TTLMS: ttl.Milliseconds()})
+	if err != nil {
+		panic(err) // a fixed struct of strings and ints always encodes
+	}
+	return b
+}
+
+// ParkRegistry holds only the bench-park workflow. Its step parks the run
+// until a decision: approved completes the run, rejected (an expiry
+// included) fails it.
+func ParkRegistry() *steps.Registry {
+	wf := steps.New[ParkState](ParkWorkflow, ParkWorkflowVersion).
+		Step("approve", func(_ context.Context, s *steps.Context, st ParkState) (steps.Outcome[ParkState], error) {
+			req := steps.ApprovalRequest{
+				Payload: ParkPayload{RunID: st.RunID, Amount: st.Amount, Reason: "payout over 1000"},
+				Group:   parkGroup, TTL: time.Duration(st.TTLMS) * time.Millisecond, OnExpiry: steps.ExpireReject,
+			}
+			d, err := s.Approval(req)
+			switch {
+			case err != nil:
+				return steps.Outcome[ParkState]{}, err
+			case d == nil:
+				return steps.Wait(st, req), nil
+			case d.Decision == checkpoint.DecisionRejected:
+				return steps.Fail(st, "approval rejected: "+d.Reason), nil
+			}
+			return steps.Complete(st), nil
+		})
+	return steps.NewRegistry().MustRegister(wf)
+}

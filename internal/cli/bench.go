@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 
 	"github.com/durable-run/durable/internal/bench"
 )
@@ -19,7 +20,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	concurrency := fs.Int("concurrency", 128, "steps in flight in the one worker process")
 	skipFloor := fs.Bool("skip-floor", false, "do not measure the floor (bare pipeline) nor print ratios to it")
 	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
-	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof)")
+	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof), and of the parked runs' sweep (sweep-durable-redis.pprof)")
+	parked := fs.Int("parked", 100000, "N: runs parked at an approval on the Redis store, then swept by a scheduler, after the other phases; 0 skips")
+	only := fs.String("only", "", "run one phase alone: parked")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -27,7 +30,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) > 0 {
 		return usagef("bench: unexpected argument %q", pos[0])
 	}
-	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout}
+	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked}
 	switch *store {
 	case "all":
 		cfg.Stores = []string{bench.StoreRedis, bench.StoreKV}
@@ -38,6 +41,25 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *runs < 1 || *latencyRuns < 1 || *concurrency < 1 {
 		return usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
+	}
+	switch {
+	case *parked < 0:
+		return usagef("bench: --parked %d: give a number of runs, or 0 to skip the phase", *parked)
+	case *parked == 0:
+		cfg.Parked = -1
+	}
+	switch *only {
+	case "":
+	case "parked":
+		if *parked == 0 {
+			return usagef("bench: --only parked with --parked 0: nothing to run")
+		}
+		if *store == bench.StoreKV {
+			return usagef("bench: --only parked runs on the Redis store, not --store kv")
+		}
+		cfg.ParkedOnly = true
+	default:
+		return usagef("bench: --only %q: want parked", *only)
 	}
 	if *asJSON {
 		cfg.Progress = stderr
@@ -58,5 +80,5 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // cmdBenchWorker is `durable bench-worker`, the hidden command `durable
 // bench` runs its one worker process with (bench.RunWorker).
 func cmdBenchWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return bench.RunWorker(ctx, args, stdout, stderr)
+	return bench.RunWorker(ctx, args, os.Stdin, stdout, stderr)
 }
