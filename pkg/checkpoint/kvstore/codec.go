@@ -25,10 +25,14 @@ func unmarshal(b []byte, v any) error {
 
 // decodeRun reads a run entry; the entry's revision is the run's Rev.
 func decodeRun(e jetstream.KeyValueEntry) (checkpoint.Run, error) {
+	return decodeRunValue(e.Value(), e.Revision())
+}
+
+func decodeRunValue(value []byte, rev uint64) (checkpoint.Run, error) {
 	var run checkpoint.Run
-	if err := unmarshal(e.Value(), &run); err != nil {
+	if err := unmarshal(value, &run); err != nil {
 		return checkpoint.Run{}, err
 	}
-	run.Rev = e.Revision()
+	run.Rev = rev
 	return run, nil
 }

@@ -54,8 +54,8 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		defer cancel()
 	}
 
-	cpRev, err := s.kv.Create(ctx, cpKey(run.ID, cp.Step), cpDoc)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	cpRev, err := s.create(ctx, cpKey(run.ID, cp.Step), cpDoc)
+	if errors.Is(err, errWrongRevision) {
 		return fail(checkpoint.ErrCheckpointExists)
 	}
 	if err != nil {
@@ -66,8 +66,8 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint(ctx)
 	}
-	rev, err := s.kv.Update(ctx, runKey(run.ID), runDoc, run.Rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	rev, err := s.put(ctx, runKey(run.ID), runDoc, run.Rev)
+	if errors.Is(err, errWrongRevision) {
 		settled, err := s.settle(ctx, run, cp, cpRev)
 		if err != nil {
 			return fail(err)
@@ -99,8 +99,8 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 //     forward over it) and the answer is ErrNotFound.
 func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint, cpRev uint64) (checkpoint.Run, error) {
 	for range maxSettleRetries {
-		e, err := s.kv.Get(ctx, runKey(next.ID))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		e, err := s.get(ctx, runKey(next.ID))
+		if err == nil && !e.found {
 			if err := s.kv.Delete(ctx, cpKey(next.ID, cp.Step), jetstream.LastRevision(cpRev)); err != nil {
 				return checkpoint.Run{}, errors.Join(checkpoint.ErrNotFound, fmt.Errorf("remove the checkpoint of a missing run: %w", err))
 			}
@@ -109,7 +109,7 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 		}
-		stored, err := decodeRun(e)
+		stored, err := decodeRunValue(e.value, e.rev)
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 		}
@@ -120,8 +120,8 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 			if err != nil {
 				return checkpoint.Run{}, err
 			}
-			rev, err := s.kv.Update(ctx, runKey(next.ID), doc, stored.Rev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			rev, err := s.put(ctx, runKey(next.ID), doc, stored.Rev)
+			if errors.Is(err, errWrongRevision) {
 				continue
 			}
 			if err != nil {

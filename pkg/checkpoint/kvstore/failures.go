@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxFailureRetries bounds the compare-and-set loop of RecordFailure; each
@@ -43,10 +42,10 @@ func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoin
 		if rev == 0 {
 			// Only the first failure checks the run: runs are never
 			// deleted, so an existing key means an existing run.
-			if _, err := s.kv.Get(ctx, runKey(id)); errors.Is(err, jetstream.ErrKeyNotFound) {
-				return fail(checkpoint.ErrNotFound)
-			} else if err != nil {
+			if e, err := s.get(ctx, runKey(id)); err != nil {
 				return fail(err)
+			} else if !e.found {
+				return fail(checkpoint.ErrNotFound)
 			}
 		}
 		doc.Count++
@@ -59,15 +58,12 @@ func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoin
 			return fail(err)
 		}
 		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, value)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
+			_, err = s.create(ctx, key, value)
 		} else {
-			_, err = s.kv.Update(ctx, key, value, rev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				continue
-			}
+			_, err = s.put(ctx, key, value, rev)
+		}
+		if errors.Is(err, errWrongRevision) {
+			continue
 		}
 		if err != nil {
 			return fail(err)
@@ -80,18 +76,15 @@ func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoin
 // readFailures returns the failures document and its revision, 0 when
 // there is none.
 func (s *Store) readFailures(ctx context.Context, key string) (failuresDoc, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return failuresDoc{}, 0, nil
-	}
-	if err != nil {
+	e, err := s.get(ctx, key)
+	if err != nil || !e.found {
 		return failuresDoc{}, 0, err
 	}
 	var doc failuresDoc
-	if err := unmarshal(e.Value(), &doc); err != nil {
+	if err := unmarshal(e.value, &doc); err != nil {
 		return failuresDoc{}, 0, err
 	}
-	return doc, e.Revision(), nil
+	return doc, e.rev, nil
 }
 
 // failures returns the kept failure records of step n, oldest first.

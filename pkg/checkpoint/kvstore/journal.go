@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxJournalRetries bounds the compare-and-set loop of RecordCall; each
@@ -43,15 +42,12 @@ func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint
 			return fail(err)
 		}
 		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, value)
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				continue
-			}
+			_, err = s.create(ctx, key, value)
 		} else {
-			_, err = s.kv.Update(ctx, key, value, rev)
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				continue
-			}
+			_, err = s.put(ctx, key, value, rev)
+		}
+		if errors.Is(err, errWrongRevision) {
+			continue
 		}
 		if err != nil {
 			return fail(err)
@@ -63,18 +59,18 @@ func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint
 
 // readJournal returns the journal and its revision, 0 when there is none.
 func (s *Store) readJournal(ctx context.Context, key string) (journalDoc, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return journalDoc{}, 0, nil
-	}
+	e, err := s.get(ctx, key)
 	if err != nil {
 		return nil, 0, err
 	}
 	doc := journalDoc{}
-	if err := unmarshal(e.Value(), &doc); err != nil {
+	if !e.found {
+		return doc, 0, nil
+	}
+	if err := unmarshal(e.value, &doc); err != nil {
 		return nil, 0, err
 	}
-	return doc, e.Revision(), nil
+	return doc, e.rev, nil
 }
 
 // journal returns the records of step n in the order they were recorded.

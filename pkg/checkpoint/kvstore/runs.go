@@ -27,8 +27,8 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	rev, err := s.kv.Create(ctx, runKey(run.ID), doc)
-	if errors.Is(err, jetstream.ErrKeyExists) {
+	rev, err := s.create(ctx, runKey(run.ID), doc)
+	if errors.Is(err, errWrongRevision) {
 		existing, gerr := s.GetRun(ctx, run.ID)
 		if gerr != nil {
 			return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", run.ID, gerr)
@@ -47,14 +47,14 @@ func (s *Store) GetRun(ctx context.Context, id string) (checkpoint.Run, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run: %w", err)
 	}
-	e, err := s.kv.Get(ctx, runKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, checkpoint.ErrNotFound)
-	}
+	e, err := s.get(ctx, runKey(id))
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
-	run, err := decodeRun(e)
+	if !e.found {
+		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, checkpoint.ErrNotFound)
+	}
+	run, err := decodeRunValue(e.value, e.rev)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
@@ -100,8 +100,8 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
-	rev, err := s.kv.Update(ctx, runKey(run.ID), doc, run.Rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	rev, err := s.put(ctx, runKey(run.ID), doc, run.Rev)
+	if errors.Is(err, errWrongRevision) {
 		return checkpoint.Run{}, fmt.Errorf("update run %s at rev %d: %w", run.ID, run.Rev, s.whyRefused(ctx, run.ID, 0))
 	}
 	if err != nil {
@@ -117,20 +117,20 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 // sentinel only tells the caller to re-read.
 func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 	if n > 0 {
-		_, err := s.kv.Get(ctx, cpKey(id, n))
-		if err == nil {
-			return checkpoint.ErrCheckpointExists
-		}
-		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		e, err := s.get(ctx, cpKey(id, n))
+		if err != nil {
 			return errors.Join(checkpoint.ErrConflict, err)
 		}
+		if e.found {
+			return checkpoint.ErrCheckpointExists
+		}
 	}
-	_, err := s.kv.Get(ctx, runKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return checkpoint.ErrNotFound
-	}
+	e, err := s.get(ctx, runKey(id))
 	if err != nil {
 		return errors.Join(checkpoint.ErrConflict, err)
+	}
+	if !e.found {
+		return checkpoint.ErrNotFound
 	}
 	return checkpoint.ErrConflict
 }

@@ -71,15 +71,15 @@ func (s *Store) Checkpoint(ctx context.Context, id string, n int) (checkpoint.Ch
 	if err := readID(id); err != nil {
 		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
 	}
-	e, err := s.kv.Get(ctx, cpKey(id, n))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, checkpoint.ErrNotFound)
-	}
+	e, err := s.get(ctx, cpKey(id, n))
 	if err != nil {
 		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
 	}
+	if !e.found {
+		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, checkpoint.ErrNotFound)
+	}
 	var cp checkpoint.Checkpoint
-	if err := unmarshal(e.Value(), &cp); err != nil {
+	if err := unmarshal(e.value, &cp); err != nil {
 		return checkpoint.Checkpoint{}, fmt.Errorf("get checkpoint %s:%d: %w", id, n, err)
 	}
 	return cp, nil

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -38,7 +40,21 @@ type Options struct {
 // A commit writes the checkpoint, then the run (see Commit).
 type Store struct {
 	kv      jetstream.KeyValue
+	nc      *nats.Conn
 	timeout time.Duration
+	// msgGet is the JetStream API subject that reads one message of the
+	// bucket's stream (STREAM.MSG.GET, through a domain or API prefix).
+	msgGet string
+	// directGet + key is the direct get of a key's newest message; empty
+	// when the stream does not allow direct gets.
+	directGet string
+	// putPrefix + key is where a write of key is published (through a
+	// domain or API prefix when one is set, as the KV client does).
+	putPrefix string
+	// subjects is the prefix of the bucket's subjects: "$KV.<bucket>.".
+	subjects string
+
+	workflows workflowCache
 
 	// afterCheckpoint, when set (by tests), runs between a commit's two
 	// writes.
@@ -63,7 +79,24 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
 	}
-	return &Store{kv: kv, timeout: opts.Timeout}, nil
+	st, err := js.Stream(ctx, "KV_"+opts.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
+	}
+	api, subjects := apiPrefix(js), "$KV."+opts.Bucket+"."
+	s := &Store{
+		kv: kv, nc: js.Conn(), timeout: opts.Timeout,
+		msgGet:    api + "STREAM.MSG.GET.KV_" + opts.Bucket,
+		putPrefix: subjects,
+		subjects:  subjects,
+	}
+	if api != jetstream.DefaultAPIPrefix {
+		s.putPrefix = api + subjects
+	}
+	if cfg := st.CachedInfo().Config; cfg.AllowDirect && cfg.Mirror == nil {
+		s.directGet = api + "DIRECT.GET.KV_" + opts.Bucket + "." + subjects
+	}
+	return s, nil
 }
 
 func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
@@ -108,4 +141,17 @@ func failuresKey(id string, n int) string {
 func dueKey(id string) string { return "due." + id }
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
+}
+
+// apiPrefix is the JetStream API prefix js sends requests with: the
+// default, an imported account's prefix, or a domain's.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix:
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	}
+	return jetstream.DefaultAPIPrefix
 }

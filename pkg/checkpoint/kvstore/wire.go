@@ -1,0 +1,152 @@
+package kvstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The step path reads and writes keys with core NATS requests, as the KV
+// client does, but without its per-call work that the path does not need
+// (request encoding, key regexp, timestamp parsing, entry objects): a step
+// makes five reads and two writes, and that work showed in the worker's
+// profile. Everything else goes through jetstream.KeyValue.
+
+// entry is one read of a key: its newest message, or none.
+type entry struct {
+	value []byte
+	// rev is the message's stream sequence; set for delete markers too.
+	rev uint64
+	// found is false for a missing key and for a delete or purge marker.
+	found bool
+}
+
+// errWrongRevision: a conditional write found the key at another revision.
+var errWrongRevision = errors.New("key at another revision")
+
+// Headers the step path reads or sends.
+const (
+	hdrStatus      = "Status"
+	hdrDescription = "Description"
+	hdrSequence    = "Nats-Sequence"
+	hdrOperation   = "KV-Operation"
+	hdrMarker      = "Nats-Marker-Reason"
+	hdrExpectedSeq = "Nats-Expected-Last-Subject-Sequence"
+)
+
+// noResponderRetries and noResponderWait ride out a stream leader change
+// on a write, as the JetStream client does.
+const (
+	noResponderRetries = 2
+	noResponderWait    = 250 * time.Millisecond
+)
+
+// get reads key with one direct get. When the bucket's stream does not
+// allow direct gets it goes through the KV client instead.
+func (s *Store) get(ctx context.Context, key string) (entry, error) {
+	if s.directGet == "" {
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return entry{}, nil
+		}
+		if err != nil {
+			return entry{}, err
+		}
+		return entry{value: e.Value(), rev: e.Revision(), found: true}, nil
+	}
+	msg, err := s.nc.RequestWithContext(ctx, s.directGet+key, nil)
+	if err != nil {
+		return entry{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	if status := msg.Header.Get(hdrStatus); status != "" {
+		if status == "404" {
+			return entry{}, nil
+		}
+		return entry{}, fmt.Errorf("read %s: status %s %s", key, status, msg.Header.Get(hdrDescription))
+	}
+	rev, err := strconv.ParseUint(msg.Header.Get(hdrSequence), 10, 64)
+	if err != nil {
+		return entry{}, fmt.Errorf("read %s: sequence header %q", key, msg.Header.Get(hdrSequence))
+	}
+	if msg.Header.Get(hdrOperation) != "" || msg.Header.Get(hdrMarker) != "" {
+		return entry{rev: rev}, nil // KV-Operation is only sent on DEL and PURGE
+	}
+	return entry{value: msg.Data, rev: rev, found: true}, nil
+}
+
+// pubAck is the reply to a JetStream publish.
+type pubAck struct {
+	Error *jetstream.APIError `json:"error,omitempty"`
+	Seq   uint64              `json:"seq"`
+}
+
+// put writes value on key if the key's newest revision is rev (0: the key
+// has no message at all, not even a delete marker) and returns the new
+// revision. A refusal wraps errWrongRevision.
+func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	msg := &nats.Msg{
+		Subject: s.putPrefix + key,
+		Header:  nats.Header{hdrExpectedSeq: []string{strconv.FormatUint(rev, 10)}},
+		Data:    value,
+	}
+	var reply *nats.Msg
+	var err error
+	for attempt := 0; ; attempt++ {
+		reply, err = s.nc.RequestMsgWithContext(ctx, msg)
+		if !errors.Is(err, nats.ErrNoResponders) || attempt == noResponderRetries {
+			break
+		}
+		if serr := sleep(ctx, noResponderWait); serr != nil {
+			return 0, fmt.Errorf("write %s: %w", key, err)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("write %s: %w", key, err)
+	}
+	var ack pubAck
+	if err := json.Unmarshal(reply.Data, &ack); err != nil {
+		return 0, fmt.Errorf("write %s: decode ack %q: %w", key, reply.Data, err)
+	}
+	if ack.Error != nil {
+		if ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			return 0, fmt.Errorf("write %s at revision %d: %w: %w", key, rev, errWrongRevision, ack.Error)
+		}
+		return 0, fmt.Errorf("write %s: %w", key, ack.Error)
+	}
+	if ack.Seq == 0 {
+		return 0, fmt.Errorf("write %s: ack without a sequence: %q", key, reply.Data)
+	}
+	return ack.Seq, nil
+}
+
+// create writes value on key if the key has no value, over a delete
+// marker too (as jetstream.KeyValue.Create does): only a key with a
+// value refuses, wrapping errWrongRevision.
+func (s *Store) create(ctx context.Context, key string, value []byte) (uint64, error) {
+	rev, err := s.put(ctx, key, value, 0)
+	if !errors.Is(err, errWrongRevision) {
+		return rev, err
+	}
+	e, gerr := s.get(ctx, key)
+	if gerr != nil || e.found || e.rev == 0 {
+		return 0, err
+	}
+	return s.put(ctx, key, value, e.rev)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
