@@ -3,6 +3,7 @@ package kvstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -209,6 +210,10 @@ func TestCommitUnknownRunLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The probe of Load meets the delete marker and reads key by key.
+	if snap, err := s.Load(ctx, "ghost-1", 1); err != nil || snap.Current != nil {
+		t.Fatalf("Load(1) of the new run: current %+v, %v; want none", snap.Current, err)
+	}
 	next, cp = step1(run, "real")
 	if _, err := s.Commit(ctx, next, cp); err != nil {
 		t.Fatalf("Commit once the run exists: %v", err)
@@ -245,4 +250,72 @@ func TestRefusedCommitWritesNothing(t *testing.T) {
 	if info.State.LastSeq != lastSeq {
 		t.Fatalf("stream moved from seq %d to %d on a refused commit", lastSeq, info.State.LastSeq)
 	}
+}
+
+// Load reads a first attempt's keys with one probe of the run's newest
+// key; whatever else the run holds, it must read exactly what one get per
+// key reads.
+func TestLoadReadsWhatIsThere(t *testing.T) {
+	js := connect(t)
+	ctx := testCtx(t)
+	s, _ := newStore(t, js)
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "probe", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(n int, current, previous string, calls, failures int) {
+		t.Helper()
+		snap, err := s.Load(ctx, "probe", n)
+		if err != nil {
+			t.Fatalf("Load(%d): %v", n, err)
+		}
+		state := func(cp *checkpoint.Checkpoint) string {
+			if cp == nil {
+				return ""
+			}
+			return string(cp.State)
+		}
+		if state(snap.Current) != current || state(snap.Previous) != previous || len(snap.Journal) != calls || len(snap.Failures) != failures {
+			t.Fatalf("Load(%d) = current %q previous %q, %d calls, %d failures; want %q %q %d %d",
+				n, state(snap.Current), state(snap.Previous), len(snap.Journal), len(snap.Failures), current, previous, calls, failures)
+		}
+	}
+	commit := func(n int) {
+		t.Helper()
+		next := run
+		next.Step = n + 1
+		if run, err = s.Commit(ctx, next, checkpoint.Checkpoint{Step: n, State: []byte(fmt.Sprintf(`{"n":%d}`, n))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(1, "", "", 0, 0)
+	if _, err := s.RecordFailure(ctx, "probe", 1, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	want(1, "", "", 0, 1)
+	commit(1)
+	want(1, `{"n":1}`, "", 0, 1)
+	want(2, "", `{"n":1}`, 0, 0)
+	want(5, "", "", 0, 0) // ahead of the run
+
+	// A workflow named like the run: its key matches the probe.
+	if err := s.RegisterWorkflow(ctx, checkpoint.WorkflowInfo{Name: "probe", Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, "", `{"n":1}`, 0, 0)
+	if _, err := s.RecordCall(ctx, "probe", 2, checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, "", `{"n":1}`, 1, 0)
+	commit(2)
+	want(3, "", `{"n":2}`, 0, 0)
+	// A zombie of step 2 records a call after step 2 was committed.
+	if _, err := s.RecordCall(ctx, "probe", 2, checkpoint.CallRecord{Name: "late", ArgsSHA256: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	want(3, "", `{"n":2}`, 0, 0)
+	want(2, `{"n":2}`, `{"n":1}`, 2, 0)
+	commit(3)
+	want(4, "", `{"n":3}`, 0, 0)
+	want(2, `{"n":2}`, `{"n":1}`, 2, 0) // a replay of an old step
 }

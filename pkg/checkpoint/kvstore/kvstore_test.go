@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func connect(t *testing.T) jetstream.JetStream {
+func connect(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs an embedded nats-server")
@@ -34,13 +34,13 @@ var buckets atomic.Int64
 // uniqueBucket isolates one store on a shared server.
 func uniqueBucket() string { return fmt.Sprintf("t%d", buckets.Add(1)) }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func newStore(t *testing.T, js jetstream.JetStream) (*kvstore.Store, string) {
+func newStore(t testing.TB, js jetstream.JetStream) (*kvstore.Store, string) {
 	t.Helper()
 	bucket := uniqueBucket()
 	s, err := kvstore.New(testCtx(t), js, kvstore.Options{Bucket: bucket})

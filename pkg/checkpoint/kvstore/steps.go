@@ -14,25 +14,75 @@ import (
 )
 
 // Load reads run id, checkpoints n and n-1 and the journal and failures of
-// step n with concurrent gets. The parts are not one snapshot; a worker
-// never needs that: the commit's revision check catches a run that moved
-// since.
+// step n. The run is read alongside the step's keys; the parts are not one
+// snapshot, and a worker never needs that: the commit's revision check
+// catches a run that moved since.
+//
+// On a step's first attempt the step's keys take one read (see
+// loadFirstAttempt); otherwise, or when that read cannot tell, they take
+// one get each, at once.
 func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
 	var (
-		snap             checkpoint.Snapshot
-		wg               sync.WaitGroup
-		runErr, cur, prv error
-		journalErr       error
-		failuresErr      error
+		snap   checkpoint.Snapshot
+		runErr error
+		ran    = make(chan struct{})
 	)
-	wg.Add(4)
 	go func() {
-		defer wg.Done()
+		defer close(ran)
 		snap.Run, runErr = s.GetRun(ctx, id)
 	}()
+	done, err := s.loadFirstAttempt(ctx, id, n, &snap)
+	if err == nil && !done {
+		err = s.loadStep(ctx, id, n, &snap)
+	}
+	<-ran
+	if err := errors.Join(runErr, err); err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+	}
+	return snap, nil
+}
+
+// loadFirstAttempt reads the newest message on any key "*.<R>.*": every
+// checkpoint, journal and failures key of the run. Everything written for
+// step n (its checkpoint, journal, failures) is written by an attempt that
+// has read checkpoint n-1, so after it in the stream. Hence when the
+// newest is checkpoint n-1 itself, step n has nothing yet: Previous is
+// that checkpoint and the rest is empty; when the run has no such key at
+// all, neither has step n. Any other answer (a retry, a replay, a delete
+// marker, a workflow key named like the run) and done is false.
+func (s *Store) loadFirstAttempt(ctx context.Context, id string, n int, snap *checkpoint.Snapshot) (done bool, err error) {
+	if s.directGet == "" {
+		return false, nil
+	}
+	subject, e, err := s.getLast(ctx, "*."+id+".*")
+	switch {
+	case err != nil:
+		return false, err
+	case !e.found && e.rev == 0:
+		return true, nil // nothing at all: no checkpoint, journal or failures
+	case !e.found || n < 2 || subject != s.subjects+cpKey(id, n-1):
+		return false, nil
+	}
+	var prev checkpoint.Checkpoint
+	if err := unmarshal(e.value, &prev); err != nil {
+		return false, fmt.Errorf("checkpoint %d: %w", n-1, err)
+	}
+	snap.Previous = &prev
+	return true, nil
+}
+
+// loadStep reads checkpoints n and n-1 and the journal and failures of
+// step n with concurrent gets.
+func (s *Store) loadStep(ctx context.Context, id string, n int, snap *checkpoint.Snapshot) error {
+	var (
+		wg                     sync.WaitGroup
+		cur, prv               error
+		journalErr, failuresEr error
+	)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		snap.Current, cur = s.optionalCheckpoint(ctx, id, n)
@@ -43,16 +93,13 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	}()
 	go func() {
 		defer wg.Done()
-		snap.Failures, failuresErr = s.failures(ctx, id, n)
+		snap.Failures, failuresEr = s.failures(ctx, id, n)
 	}()
 	if n > 1 {
 		snap.Previous, prv = s.optionalCheckpoint(ctx, id, n-1)
 	}
 	wg.Wait()
-	if err := errors.Join(runErr, cur, prv, journalErr, failuresErr); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
-	}
-	return snap, nil
+	return errors.Join(cur, prv, journalErr, failuresEr)
 }
 
 func (s *Store) optionalCheckpoint(ctx context.Context, id string, n int) (*checkpoint.Checkpoint, error) {

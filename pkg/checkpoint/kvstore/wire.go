@@ -35,6 +35,7 @@ const (
 	hdrStatus      = "Status"
 	hdrDescription = "Description"
 	hdrSequence    = "Nats-Sequence"
+	hdrSubject     = "Nats-Subject"
 	hdrOperation   = "KV-Operation"
 	hdrMarker      = "Nats-Marker-Reason"
 	hdrExpectedSeq = "Nats-Expected-Last-Subject-Sequence"
@@ -46,6 +47,21 @@ const (
 	noResponderRetries = 2
 	noResponderWait    = 250 * time.Millisecond
 )
+
+// getLast reads the newest message on any key matching filter (wildcards
+// allowed) with one direct get, and returns its subject. It needs direct
+// gets (s.directGet set).
+func (s *Store) getLast(ctx context.Context, filter string) (string, entry, error) {
+	msg, err := s.nc.RequestWithContext(ctx, s.directGet+filter, nil)
+	if err != nil {
+		return "", entry{}, fmt.Errorf("read newest of %s: %w", filter, err)
+	}
+	e, err := directEntry(msg)
+	if err != nil {
+		return "", entry{}, fmt.Errorf("read newest of %s: %w", filter, err)
+	}
+	return msg.Header.Get(hdrSubject), e, nil
+}
 
 // get reads key with one direct get. When the bucket's stream does not
 // allow direct gets it goes through the KV client instead.
@@ -64,15 +80,24 @@ func (s *Store) get(ctx context.Context, key string) (entry, error) {
 	if err != nil {
 		return entry{}, fmt.Errorf("read %s: %w", key, err)
 	}
+	e, err := directEntry(msg)
+	if err != nil {
+		return entry{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	return e, nil
+}
+
+// directEntry reads a direct get's reply.
+func directEntry(msg *nats.Msg) (entry, error) {
 	if status := msg.Header.Get(hdrStatus); status != "" {
 		if status == "404" {
 			return entry{}, nil
 		}
-		return entry{}, fmt.Errorf("read %s: status %s %s", key, status, msg.Header.Get(hdrDescription))
+		return entry{}, fmt.Errorf("status %s %s", status, msg.Header.Get(hdrDescription))
 	}
 	rev, err := strconv.ParseUint(msg.Header.Get(hdrSequence), 10, 64)
 	if err != nil {
-		return entry{}, fmt.Errorf("read %s: sequence header %q", key, msg.Header.Get(hdrSequence))
+		return entry{}, fmt.Errorf("sequence header %q", msg.Header.Get(hdrSequence))
 	}
 	if msg.Header.Get(hdrOperation) != "" || msg.Header.Get(hdrMarker) != "" {
 		return entry{rev: rev}, nil // KV-Operation is only sent on DEL and PURGE
