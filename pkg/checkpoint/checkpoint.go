@@ -201,6 +201,54 @@ type Checkpoint struct {
 	DurationMS float64 `json:"duration_ms"`
 }
 
+// Size is the length of cp's JSON document, computed without encoding
+// it: exact for the variable parts (state, names, recorded results and
+// errors, effect keys), an upper bound for the fixed ones (numbers and
+// times at their widest). It undercounts only the escapes the encoder
+// adds (a quote in a name, '<' '>' '&' in state strings): a budget is a
+// guard against megabytes, not an exact limit. It is what a Budget
+// checks, once per step, without encoding the checkpoint a second time.
+func (cp Checkpoint) Size() int {
+	// {"run_id":"","step":,"name":"","state":,"status":"","attempt":,"at":"","duration_ms":} with
+	// a 20-digit step and attempt, a 35-byte time, a 24-byte duration.
+	n := 88 + 20 + 20 + 35 + 24 + len(cp.RunID) + len(cp.Name) + len(cp.State) + len(cp.Status)
+	if len(cp.State) == 0 {
+		n += len("null")
+	}
+	if cp.Next != "" {
+		n += len(`,"next":""`) + len(cp.Next)
+	}
+	if !cp.WakeAt.IsZero() {
+		n += len(`,"wake_at":""`) + 35
+	}
+	if cp.Spend != 0 {
+		n += len(`,"spend":`) + 24
+	}
+	if len(cp.Journal) > 0 {
+		n += len(`,"journal":[]`)
+		for _, r := range cp.Journal {
+			// {"name":"","args_sha256":"","at":""},
+			n += 37 + len(r.Name) + len(r.ArgsSHA256) + 35
+			if len(r.Result) > 0 {
+				n += len(`,"result":`) + len(r.Result)
+			}
+			if r.Error != "" {
+				n += len(`,"error":""`) + len(r.Error)
+			}
+			if r.Replayed {
+				n += len(`,"replayed":true`)
+			}
+		}
+	}
+	if len(cp.Effects) > 0 {
+		n += len(`,"effects":[]`)
+		for _, e := range cp.Effects {
+			n += len(`{"key":"","replayed":false},`) + len(e.Key)
+		}
+	}
+	return n
+}
+
 // CallRecord journals one model or tool call made inside a step.
 type CallRecord struct {
 	Name       string          `json:"name"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -253,7 +254,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		next.Status = checkpoint.StatusWaiting
 		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: m.Step + 1, StepName: res.Next, Since: cp.At, Deadline: res.Until.UTC()}
 	}
-	size := checkpointSize(cp)
+	size := cp.Size()
 	warn, err := w.cfg.Budget.Check(run.ID, m.Step, size)
 	if err != nil {
 		w.deadLetter(ctx, d, run, err.Error())
@@ -495,28 +496,12 @@ func (w *Worker) done(workflow, step, outcome string, d *delivery) {
 
 // execute runs the step body, heartbeating the delivery while it runs.
 func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition, sctx *steps.Context, name string, state json.RawMessage, first bool) (res steps.Result, err error) {
-	stop := make(chan struct{})
-	hbDone := make(chan struct{})
-	hang := w.faults.Hangs(d.m.RunID, d.m.Step, d.attempt)
-	go func() {
-		defer close(hbDone)
-		if hang {
-			return // a hung step must look hung to the server
-		}
-		t := time.NewTicker(w.heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = d.msg.InProgress()
-			case <-stop:
-				return
-			}
-		}
-	}()
+	var hb *heartbeat
+	if !w.faults.Hangs(d.m.RunID, d.m.Step, d.attempt) { // a hung step must look hung to the server
+		hb = startHeartbeat(d.msg, w.heartbeat)
+	}
 	defer func() {
-		close(stop)
-		<-hbDone
+		hb.stop()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("step %s panicked: %v", name, p)
 		}
@@ -525,6 +510,41 @@ func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition,
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	return def.Execute(ctx, sctx, name, state, first)
+}
+
+// heartbeat tells the server every interval that a delivery is still in
+// progress, from a timer rather than a goroutine per step.
+type heartbeat struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+}
+
+func startHeartbeat(msg jetstream.Msg, every time.Duration) *heartbeat {
+	h := &heartbeat{}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.t = time.AfterFunc(every, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.stopped {
+			return
+		}
+		_ = msg.InProgress()
+		h.t.Reset(every)
+	})
+	return h
+}
+
+// stop ends the heartbeats; none is sent once it returns.
+func (h *heartbeat) stop() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	h.t.Stop()
 }
 
 // capReached says which of the workflow's run caps the run has reached
@@ -551,11 +571,6 @@ func approvalsFor(run checkpoint.Run, n int) []checkpoint.Approval {
 		}
 	}
 	return out
-}
-
-func checkpointSize(cp checkpoint.Checkpoint) int {
-	b, _ := json.Marshal(cp)
-	return len(b)
 }
 
 // recorder binds the store's journal to one step and one generation of

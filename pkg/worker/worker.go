@@ -192,23 +192,41 @@ func (w *Worker) Run(ctx context.Context) error {
 	stepCtx, cancelSteps := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelSteps()
 
-	var inflight sync.WaitGroup
+	// One goroutine per slot runs steps for the worker's lifetime: a step
+	// starts on a goroutine whose stack has already grown, and a parked
+	// run holds none of them.
+	jobs := make(chan job)
+	var runners sync.WaitGroup
+	for range w.cfg.Concurrency {
+		runners.Add(1)
+		go func() {
+			defer runners.Done()
+			for j := range jobs {
+				began := time.Now()
+				w.handle(stepCtx, j.msg)
+				j.clock.observe(time.Since(began))
+				w.release(1)
+			}
+		}()
+	}
+
 	var pullers sync.WaitGroup
-	// An idle puller waiting in Fetch holds its slots: leave at least one
+	// An idle puller waiting for messages holds a slot: leave at least one
 	// for each other workflow.
 	maxBatch := max(1, w.cfg.Concurrency-(len(cons)-1))
 	for i, name := range w.cfg.Registry.Names() {
-		c := cons[i]
+		p := &puller{w: w, workflow: name, c: cons[i], maxBatch: maxBatch, jobs: jobs, clock: &stepClock{}}
 		pullers.Add(1)
 		go func() {
 			defer pullers.Done()
-			w.pull(ctx, stepCtx, name, c, maxBatch, &inflight)
+			p.run(ctx)
 		}()
 	}
 	pullers.Wait()
+	close(jobs)
 
 	done := make(chan struct{})
-	go func() { inflight.Wait(); close(done) }()
+	go func() { runners.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(w.cfg.DrainTimeout):
@@ -218,81 +236,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info().Msg("worker stopped")
 	return nil
-}
-
-// pull fetches as many messages as there are free slots and runs each in
-// its own goroutine. Fetching only what can run now keeps messages from
-// waiting in a client buffer while their ack timers run.
-func (w *Worker) pull(ctx, stepCtx context.Context, workflow string, c jetstream.Consumer, maxBatch int, inflight *sync.WaitGroup) {
-	backoff := 100 * time.Millisecond
-	for {
-		// Block for one slot, then take whatever else is free.
-		select {
-		case w.sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		if ctx.Err() != nil {
-			// select picks at random when both are ready: don't start
-			// another fetch once shutting down.
-			w.release(1)
-			return
-		}
-		n := 1
-	more:
-		for n < maxBatch {
-			select {
-			case w.sem <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		batch, err := c.Fetch(n, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			w.release(n)
-			if ctx.Err() != nil {
-				return
-			}
-			if nc := w.recreateIfGone(ctx, workflow, err); nc != nil {
-				c = nc
-				continue
-			}
-			w.log.Warn().Err(err).Dur("retry_in", backoff).Msg("fetch failed")
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		got := 0
-		for msg := range batch.Messages() {
-			got++
-			if ctx.Err() != nil {
-				// Shutting down: hand it back at once rather than let its
-				// ack wait run out.
-				_ = msg.Nak()
-				w.release(1)
-				continue
-			}
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				defer w.release(1)
-				w.handle(stepCtx, msg)
-			}()
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-			w.log.Debug().Err(err).Msg("fetch ended")
-			if nc := w.recreateIfGone(ctx, workflow, err); nc != nil {
-				c = nc
-			}
-		}
-		w.release(n - got)
-	}
 }
 
 func (w *Worker) release(n int) {

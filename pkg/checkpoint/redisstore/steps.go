@@ -29,7 +29,7 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
 	keys := []string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}
-	rev, err := commitScript.Run(ctx, s.rdb, keys,
+	rev, err := s.batch.run(ctx, commitScript, keys,
 		strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step).Int64()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
@@ -64,7 +64,7 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	if n > 1 {
 		keys = append(keys, s.cpKey(id, n-1))
 	}
-	res, err := loadScript.Run(ctx, s.rdb, keys).Slice()
+	res, err := s.batch.run(ctx, loadScript, keys).Slice()
 	if errors.Is(err, redis.Nil) {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, checkpoint.ErrNotFound)
 	}

@@ -33,6 +33,7 @@ type Options struct {
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	batch  *batcher // Load and Commit, the scripts of every step
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -46,7 +47,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		panic(fmt.Sprintf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix))
 	}
-	return &Store{rdb: client, prefix: opts.Prefix}
+	return &Store{rdb: client, prefix: opts.Prefix, batch: &batcher{rdb: client}}
 }
 
 func checkID(id string) error {

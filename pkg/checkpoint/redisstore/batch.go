@@ -1,0 +1,122 @@
+package redisstore
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher sends the scripts of concurrent steps to Redis as pipelines: a
+// worker with a hundred steps in flight makes one write and one read for
+// many Loads and Commits instead of a round trip, a pool checkout and two
+// system calls each, on both sides of the connection. go-redis has no
+// automatic pipelining, hence this.
+//
+// There is no goroutine of its own: a call that finds fewer than
+// maxFlushes pipelines in flight sends the queue itself; otherwise it
+// waits in the queue, which the next pipeline to finish sends. A lone call
+// is sent at once, so one step at a time pays no wait. Each script keeps
+// its own atomicity; a pipeline only shares the trip.
+type batcher struct {
+	rdb redis.UniversalClient
+
+	mu       sync.Mutex
+	queue    []*scriptCall
+	flushing int
+}
+
+const (
+	// maxFlushes is how many pipelines may be in flight at once.
+	maxFlushes = 4
+	// maxPipeline bounds the calls of one pipeline.
+	maxPipeline = 256
+)
+
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	done   chan struct{}
+}
+
+// run evaluates script like script.Run, sharing a pipeline with the calls
+// made at the same time. The reply is read from the returned command.
+func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	c := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	if b.flushing >= maxFlushes {
+		b.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.cmd
+		case <-ctx.Done():
+			// The script may still run; the caller treats this like a
+			// timeout on the wire.
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(ctx.Err())
+			return cmd
+		}
+	}
+	b.flushing++
+	batch := b.take()
+	b.mu.Unlock()
+	b.flush(batch)
+	b.next()
+	<-c.done // c was in batch
+	return c.cmd
+}
+
+// take removes up to maxPipeline calls from the queue; b.mu is held.
+func (b *batcher) take() []*scriptCall {
+	n := min(len(b.queue), maxPipeline)
+	batch := b.queue[:n:n]
+	if n == len(b.queue) {
+		b.queue = nil
+	} else {
+		b.queue = b.queue[n:]
+	}
+	return batch
+}
+
+// next sends what queued up during a flush, on a goroutine so that the
+// caller that flushed can return with its own reply.
+func (b *batcher) next() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.flushing--
+		return
+	}
+	batch := b.take()
+	go func() {
+		b.flush(batch)
+		b.next()
+	}()
+}
+
+// flush sends batch as one pipeline of EVALSHAs. A script Redis does not
+// know (after a restart or SCRIPT FLUSH) is sent again with its source.
+func (b *batcher) flush(batch []*scriptCall) {
+	ctx := context.Background()
+	if len(batch) == 1 {
+		c := batch[0]
+		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		close(c.done)
+		return
+	}
+	pipe := b.rdb.Pipeline()
+	for _, c := range batch {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for _, c := range batch {
+		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		}
+		close(c.done)
+	}
+}

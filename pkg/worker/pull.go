@@ -1,0 +1,232 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// How a worker takes messages from a workflow's consumer.
+//
+// A message handed to a worker starts its ack timer on the server, so a
+// worker must not hold messages it cannot start soon: with slow steps (a
+// model call of a minute) a prefetched message would wait for a free slot
+// past its ack wait, be redelivered to another worker and run twice. With
+// fast steps, asking the server for exactly the free slots costs a pull
+// request, an inbox subscription and a goroutine per one or two messages,
+// which dominated the step's CPU cost.
+//
+// So the puller measures how long its steps take and prefetches only what
+// its slots will start within prefetchHorizon: n = concurrency × horizon /
+// mean step time, at most the concurrency. With n of at least streamMin it
+// keeps one pull subscription open that holds up to n messages ahead of the
+// free slots (jetstream's Messages). Below that (steps of seconds or more)
+// it fetches exactly the free slots, and no message ever waits in this
+// worker for a slot.
+const (
+	prefetchHorizon = time.Second
+	// streamMin and streamMax bound the prefetch at which the puller keeps
+	// a subscription open; between them it keeps the mode it is in.
+	streamMin = 4
+	streamMax = 8
+	// fetchWait bounds one fetch of free slots when the consumer is idle.
+	fetchWait = time.Second
+)
+
+// job is one delivery handed to a step goroutine, with the clock of the
+// workflow it belongs to.
+type job struct {
+	msg   jetstream.Msg
+	clock *stepClock
+}
+
+// stepClock is a moving average of how long a workflow's steps take from
+// delivery to ack. Zero means no step has finished yet.
+type stepClock struct{ mean atomic.Int64 }
+
+func (c *stepClock) observe(d time.Duration) {
+	for {
+		old := c.mean.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/16
+		}
+		if c.mean.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
+	}
+}
+
+// prefetch is how many messages the slots start within the horizon, at
+// most limit; 0 while no step has finished.
+func (c *stepClock) prefetch(slots, limit int) int {
+	mean := c.mean.Load()
+	if mean <= 0 {
+		return 0
+	}
+	n := int64(slots) * int64(prefetchHorizon) / mean
+	return int(min(n, int64(limit)))
+}
+
+// puller takes one workflow's messages and hands them to the step
+// goroutines, one slot (w.sem) per message.
+type puller struct {
+	w        *Worker
+	workflow string
+	c        jetstream.Consumer
+	maxBatch int
+	jobs     chan<- job
+	clock    *stepClock
+	backoff  time.Duration
+}
+
+func (p *puller) run(ctx context.Context) {
+	p.backoff = 100 * time.Millisecond
+	streaming := false
+	for ctx.Err() == nil {
+		n := p.clock.prefetch(p.w.cfg.Concurrency, p.maxBatch)
+		switch {
+		case n >= streamMax:
+			streaming = true
+		case n < streamMin:
+			streaming = false
+		}
+		var err error
+		if streaming {
+			err = p.stream(ctx, max(n, streamMin))
+		} else {
+			err = p.fetch(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			p.failed(ctx, err)
+			continue
+		}
+		p.backoff = 100 * time.Millisecond
+	}
+}
+
+// failed handles a pull error: a consumer that is gone is created again,
+// anything else is retried after a backoff.
+func (p *puller) failed(ctx context.Context, err error) {
+	if nc := p.w.recreateIfGone(ctx, p.workflow, err); nc != nil {
+		p.c = nc
+		return
+	}
+	p.w.log.Warn().Err(err).Str("workflow", p.workflow).Dur("retry_in", p.backoff).Msg("pulling steps failed")
+	select {
+	case <-time.After(p.backoff):
+	case <-ctx.Done():
+	}
+	p.backoff = min(p.backoff*2, 5*time.Second)
+}
+
+// acquire blocks for a free slot; false once ctx ended.
+func (p *puller) acquire(ctx context.Context) bool {
+	select {
+	case p.w.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	if ctx.Err() != nil {
+		// select picks at random when both are ready.
+		p.w.release(1)
+		return false
+	}
+	return true
+}
+
+// dispatch hands msg, which holds a slot, to a step goroutine; once
+// shutting down it hands the message back to the server at once rather
+// than let its ack wait run out.
+func (p *puller) dispatch(ctx context.Context, msg jetstream.Msg) {
+	if ctx.Err() != nil {
+		_ = msg.Nak()
+		p.w.release(1)
+		return
+	}
+	p.jobs <- job{msg: msg, clock: p.clock}
+}
+
+// fetch asks the server for as many messages as there are free slots, at
+// least one, and dispatches them as they arrive.
+func (p *puller) fetch(ctx context.Context) error {
+	if !p.acquire(ctx) {
+		return nil
+	}
+	n := 1
+more:
+	for n < p.maxBatch {
+		select {
+		case p.w.sem <- struct{}{}:
+			n++
+		default:
+			break more
+		}
+	}
+	batch, err := p.c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
+	if err != nil {
+		p.w.release(n)
+		return err
+	}
+	got := 0
+	for msg := range batch.Messages() {
+		got++
+		p.dispatch(ctx, msg)
+	}
+	p.w.release(n - got)
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+		p.w.log.Debug().Err(err).Msg("fetch ended")
+		if nc := p.w.recreateIfGone(ctx, p.workflow, err); nc != nil {
+			p.c = nc
+		}
+	}
+	return nil
+}
+
+// stream keeps one pull subscription holding up to size messages ahead of
+// the free slots, until the prefetch the step times call for leaves
+// [size/2, size*2) or ctx ends. It then drains the subscription: the
+// messages already delivered to it are dispatched (or, when shutting
+// down, handed back) before it returns.
+func (p *puller) stream(ctx context.Context, size int) error {
+	it, err := p.c.Messages(jetstream.PullMaxMessages(size))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	stopOnCancel := context.AfterFunc(ctx, it.Drain)
+	defer stopOnCancel()
+	draining := false
+	for {
+		if !draining {
+			if n := p.clock.prefetch(p.w.cfg.Concurrency, p.maxBatch); n < size/2 || n >= size*2 && size < p.maxBatch {
+				it.Drain()
+				draining = true
+			}
+		}
+		held := p.acquire(ctx)
+		msg, err := it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			if held {
+				p.w.release(1)
+			}
+			if draining || ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case err != nil:
+			if held {
+				p.w.release(1)
+			}
+			return err
+		case !held:
+			_ = msg.Nak() // shutting down
+			continue
+		}
+		p.dispatch(ctx, msg)
+	}
+}
