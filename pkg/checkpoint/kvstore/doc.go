@@ -18,9 +18,19 @@
 // that went elsewhere (cancelled, parked, dead) is left alone and Commit
 // returns checkpoint.ErrConflict. The run record is the truth: such a
 // checkpoint shows in Load and Checkpoints (and `durable runs show`) as
-// work done for a step the run did not take, and is adopted only if the
-// run comes back to run that step (a redrive). The conformance suite runs
-// with checkpointtest.Options{CheckpointFirst: true} for this.
+// work done for a step the run did not take. It stays step n's result: if
+// the run comes back to step n (a redrive of a dead run, a parked run
+// resumed by a decision), the worker finds the step done and rolls the run
+// forward onto it instead of running the step again. Strict stores (Redis)
+// write nothing on ErrConflict; the conformance suite runs this store with
+// checkpointtest.Options{CheckpointFirst: true}.
+//
+// Load reads the run and, at the same time, the newest of the run's step
+// keys (a direct get by wildcard subject): on a step's first attempt
+// that one read says checkpoint n-1 is the latest and step n has nothing
+// yet. Retries and replays read each key. Workflows, which every run start
+// calls, keeps the list and reads it again only when the newest workflow
+// key moved.
 //
 // Checkpoint keys are never deleted while their run exists: a KV create
 // succeeds over a delete marker, which would let a replay commit a step
