@@ -59,6 +59,9 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		}
 		next := run
 		next.UpdatedAt = time.Now().UTC()
+		// What the commit would have added: the step and its spend.
+		next.Steps = run.Steps + 1
+		next.Spend = run.Spend + cp.Spend
 		switch cp.Status {
 		case checkpoint.StatusRunning:
 			next.Step, next.StepName = cp.Step+1, cp.Next

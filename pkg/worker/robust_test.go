@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -208,5 +209,46 @@ func TestJournalOutageDoesNotUseAttempts(t *testing.T) {
 	}
 	if n := calls.Load(); n != 4 {
 		t.Errorf("call made %d times, want 4 (3 unrecorded + 1; a real effect would be keyed)", n)
+	}
+}
+
+// A KV commit is two writes; a worker that dies between them leaves the
+// run behind its checkpoint. The next delivery rolls the run forward and
+// counts the step as the commit would have: the run ends with every step
+// counted once.
+func TestRollForwardCountsTheStep(t *testing.T) {
+	h := newHarness(t, "kv")
+	ctx := context.Background()
+	reg := steps.NewRegistry().MustRegister(pipeline())
+	// The run starts with no worker running: its step 1 waits on the stream.
+	setup, err := worker.New(worker.Config{JetStream: h.js, Store: h.store, Registry: reg, AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.start("pipeline", "lag-1", "")
+	// What the dead worker's first write left: checkpoint 1, run untouched.
+	kv, err := h.js.KeyValue(ctx, "durable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := checkpoint.Checkpoint{RunID: "lag-1", Step: 1, Name: "one", State: []byte(`{"n":1,"trail":["one"]}`), Next: "two",
+		Status: checkpoint.StatusRunning, Attempt: 1, At: time.Now().UTC(), Spend: 0.5}
+	doc, err := json.Marshal(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "cp.lag-1.1", doc); err != nil {
+		t.Fatal(err)
+	}
+	h.startWorker(reg, nil)
+	run := h.waitStatus("lag-1", checkpoint.StatusCompleted, 20*time.Second)
+	if run.Steps != 3 || run.Spend != 0.5 {
+		t.Errorf("completed with %d steps and spend %v, want 3 steps and 0.5 (step 1 counted by the roll-forward)", run.Steps, run.Spend)
+	}
+	if st := decode[counter](t, h.checkpoints("lag-1")[2].State); joinTrail(st) != "one,two,three" {
+		t.Errorf("trail %q, want one,two,three (step 1 not run again)", joinTrail(st))
 	}
 }

@@ -40,15 +40,15 @@ return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 // learn that the step is done, not just that the run changed. last_cp is
 // the highest committed step, so Checkpoints knows how far to read.
 var commitScript = redis.NewScript(`
-local rev = redis.call('HGET', KEYS[1], 'rev')
-if not rev then return -1 end
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp')
+if not cur[1] then return -1 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end
-if rev ~= ARGV[1] then return -3 end
+if cur[1] ~= ARGV[1] then return -3 end
 redis.call('SET', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'doc', ARGV[2])
-local last = tonumber(redis.call('HGET', KEYS[1], 'last_cp') or '0')
-if tonumber(ARGV[4]) > last then
-  redis.call('HSET', KEYS[1], 'last_cp', ARGV[4])
+if tonumber(ARGV[4]) > tonumber(cur[2] or '0') then
+  redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'last_cp', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'doc', ARGV[2])
 end
 return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 `)
