@@ -47,6 +47,9 @@ type Config struct {
 	// 100,000; negative skips the phase, as does a bench without the
 	// Redis store.
 	Parked int
+	// SweepSchedulers is how many scheduler replicas sweep the parked
+	// runs' expired waits. Default 1 (the figure the bound applies to).
+	SweepSchedulers int
 	// ParkedOnly runs the waiting-at-scale phase alone (on the Redis
 	// store; Stores, SkipFloor, Runs and LatencyRuns do not apply).
 	ParkedOnly bool
@@ -91,6 +94,12 @@ func (c *Config) settle() error {
 		c.Parked = 100000
 	}
 	c.Parked = max(c.Parked, 0)
+	if c.SweepSchedulers == 0 {
+		c.SweepSchedulers = 1
+	}
+	if c.SweepSchedulers < 1 {
+		return fmt.Errorf("sweep schedulers %d: want at least 1", c.SweepSchedulers)
+	}
 	if c.ParkedOnly {
 		if c.Parked == 0 {
 			return errors.New("only the waiting-at-scale phase, with no runs to park: give Parked at least 1")

@@ -45,17 +45,20 @@ const (
 	// parkTTL of the measured runs' approvals: short, so the sweep can
 	// start soon after the last park; nothing expires before it, as no
 	// scheduler runs until then.
-	parkTTL = 2 * time.Second
-	// parkWarmupRuns park before the idle figures are taken, with a TTL
-	// that outlasts the bench: connections, scripts and the consumer are
-	// in place, and these runs stay out of the sweep.
-	parkWarmupRuns = 200
+	parkTTL = time.Second
+	// parkWarmupRuns park before the idle figures are taken, started as
+	// the measured runs are, with a TTL that outlasts the bench: the
+	// worker's connection pools, buffers and goroutines are at their
+	// working size for its concurrency (what a worker that has run for a
+	// while holds), and these runs stay out of the sweep. Were parked runs
+	// to hold memory, N of them would hold N/parkWarmupRuns times more.
+	parkWarmupRuns = 5000
 	parkWarmupTTL  = time.Hour
 	// parkStartConcurrency bounds the starts in flight.
-	parkStartConcurrency = 256
+	parkStartConcurrency = 64
 	// parkQuiet lets the worker finish logging and the runtime settle
 	// before its stats are read.
-	parkQuiet = time.Second
+	parkQuiet = 500 * time.Millisecond
 	// schedulerDefaultBatch is scheduler.Config.Batch's documented
 	// default, which `durable scheduler` runs with.
 	schedulerDefaultBatch = 100
@@ -79,19 +82,26 @@ type ParkedResult struct {
 	// scheduler and nats-server), and redis-server.
 	ParkCPU  CPUSeconds `json:"park_cpu_s"`
 	SweepCPU CPUSeconds `json:"sweep_cpu_s"`
-	// The worker process idle (after setup and a warm-up, after a GC that
-	// returns freed memory to the OS) and with the N runs parked: RSS as
-	// it is, then after the same GC (the figure the bound applies to);
-	// goroutines and in-use heap after the GC; peak RSS over the phase.
-	WorkerRSSIdleMiB          float64 `json:"worker_rss_idle_mib"`
-	WorkerRSSParkedMiB        float64 `json:"worker_rss_parked_mib"`
-	WorkerRSSParkedNoGCMiB    float64 `json:"worker_rss_parked_before_gc_mib"`
-	WorkerRSSGrowthPct        float64 `json:"worker_rss_growth_pct"`
-	WorkerPeakRSSMiB          float64 `json:"worker_peak_rss_mib"`
-	WorkerGoroutinesIdle      int     `json:"worker_goroutines_idle"`
-	WorkerGoroutinesParked    int     `json:"worker_goroutines_parked"`
-	WorkerHeapIdleMiB         float64 `json:"worker_heap_inuse_idle_mib"`
-	WorkerHeapParkedMiB       float64 `json:"worker_heap_inuse_parked_mib"`
+	// The worker process cold (after setup), idle (after a warm-up of
+	// parkWarmupRuns parked runs) and with the N runs parked more: RSS
+	// as it is, then after a GC that returns freed memory to the OS (the
+	// figures the bound applies to: idle against parked); goroutines and
+	// in-use heap after the GC; peak RSS over the phase.
+	WorkerRSSColdMiB       float64 `json:"worker_rss_cold_mib"` // after setup, before any run
+	WorkerRSSIdleMiB       float64 `json:"worker_rss_idle_mib"`
+	WorkerRSSParkedMiB     float64 `json:"worker_rss_parked_mib"`
+	WorkerRSSParkedNoGCMiB float64 `json:"worker_rss_parked_before_gc_mib"`
+	WorkerAnonIdleMiB      float64 `json:"worker_rss_anon_idle_mib"` // RssAnon: RSS without the executable's pages
+	WorkerAnonParkedMiB    float64 `json:"worker_rss_anon_parked_mib"`
+	WorkerRSSGrowthPct     float64 `json:"worker_rss_growth_pct"`
+	WorkerPeakRSSMiB       float64 `json:"worker_peak_rss_mib"`
+	WorkerGoroutinesIdle   int     `json:"worker_goroutines_idle"`
+	WorkerGoroutinesParked int     `json:"worker_goroutines_parked"`
+	WorkerHeapIdleMiB      float64 `json:"worker_heap_inuse_idle_mib"`
+	WorkerHeapParkedMiB    float64 `json:"worker_heap_inuse_parked_mib"`
+	// WorkerHeapBytesPerRun is the in-use heap's growth from idle to
+	// parked, per parked run: what a parked run would hold in the worker.
+	WorkerHeapBytesPerRun     float64 `json:"worker_heap_bytes_per_parked_run"`
 	WorkerParked              int64   `json:"worker_parked"` // the worker's own count, warm-up included
 	RedisUsedMemoryDeltaBytes int64   `json:"redis_used_memory_delta_bytes"`
 	RedisBytesPerRun          float64 `json:"redis_bytes_per_parked_run"`
@@ -100,19 +110,20 @@ type ParkedResult struct {
 	// indexes and Redis's own bookkeeping).
 	RedisRunKeyBytes float64 `json:"redis_run_key_bytes_sampled"`
 	// The sweep: a scheduler as `durable scheduler` runs it (default
-	// interval, batch and lease, logging at the worker's level to a file)
-	// starts once every TTL has passed; from its start until it expired
-	// all N. FirstExpirySeconds is when the first one was, after its
-	// start-up repair pass and first tick.
+	// interval, batch and lease, logging at the worker's level to a file),
+	// or SweepSchedulers replicas of it, starts once every TTL has passed;
+	// from its start until it expired all N. FirstExpirySeconds is when
+	// the first one was, after its start-up repair pass and first tick.
+	SweepSchedulers    int     `json:"sweep_schedulers"`
 	SweepInterval      float64 `json:"sweep_interval_s"`
 	SweepBatch         int     `json:"sweep_batch"`
 	SweepSeconds       float64 `json:"sweep_s"`
 	FirstExpirySeconds float64 `json:"sweep_first_expiry_s"`
 	ExpiredPerS        float64 `json:"sweep_expired_per_s"`
 	SweepErrors        int64   `json:"sweep_errors"`
-	// Verified in the store: every run waiting before the sweep, none after,
-	// each with the scheduler's rejection recorded.
-	VerifiedWaiting int `json:"verified_waiting"`
+	// VerifiedExpired runs were found in the store after the sweep no
+	// longer waiting, each with the scheduler's expiry recorded (which it
+	// records only for a run waiting past its deadline).
 	VerifiedExpired int `json:"verified_expired"`
 	// PhaseSeconds is the whole phase, worker start to verification.
 	PhaseSeconds float64 `json:"phase_s"`
@@ -138,11 +149,9 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 		return nil, err
 	}
 	defer acks.close()
-	var profile string
-	if b.cfg.ProfileDir != "" {
-		profile = filepath.Join(b.cfg.ProfileDir, "worker-"+SystemDurableRedis+"-parked.pprof")
-	}
-	args := workerArgs(ModeDurable, b.srv.NATSURL, b.srv.RedisURL, b.cfg.Concurrency, b.cfg.WorkerLogLevel, profile,
+	// No CPU profile of this worker even with ProfileDir: the profile's
+	// buffers would grow the RSS measured.
+	args := workerArgs(ModeDurable, b.srv.NATSURL, b.srv.RedisURL, b.cfg.Concurrency, b.cfg.WorkerLogLevel, "",
 		"--workload", WorkloadPark, "--stats")
 	wp, err := startWorker(ctx, b.cfg.WorkerCommand, args, filepath.Join(b.dir, "worker-"+SystemDurableRedis+"-parked.log"))
 	if err != nil {
@@ -160,6 +169,11 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 			return err
 		}
 	}
+	_, coldRSS, err := wp.stats(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	res.WorkerRSSColdMiB = mib(coldRSS.RSS)
 	// Warm up, then the idle figures.
 	b.progress.begin(label+" warmup", parkWarmupRuns)
 	reached := acks.expect(parkWarmupRuns)
@@ -169,7 +183,7 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	if _, err := m.await(ctx, label, reached, parkWarmupRuns, nil, nil); err != nil {
 		return nil, err
 	}
-	b.progress.end("%d runs parked, not measured", parkWarmupRuns)
+	b.progress.end("%d runs parked at once, not measured", parkWarmupRuns)
 	if err := sleep(ctx, parkQuiet); err != nil {
 		return nil, err
 	}
@@ -231,10 +245,12 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	if _, peak, err := procStats(wp.pid()); err == nil {
 		res.WorkerPeakRSSMiB = mib(peak)
 	}
-	res.WorkerRSSIdleMiB, res.WorkerRSSParkedMiB, res.WorkerRSSParkedNoGCMiB = mib(idleRSS), mib(parkedRSS), mib(noGCRSS)
-	if idleRSS > 0 {
-		res.WorkerRSSGrowthPct = 100 * float64(parkedRSS-idleRSS) / float64(idleRSS)
+	res.WorkerRSSIdleMiB, res.WorkerRSSParkedMiB, res.WorkerRSSParkedNoGCMiB = mib(idleRSS.RSS), mib(parkedRSS.RSS), mib(noGCRSS.RSS)
+	if idleRSS.RSS > 0 {
+		res.WorkerRSSGrowthPct = 100 * float64(parkedRSS.RSS-idleRSS.RSS) / float64(idleRSS.RSS)
 	}
+	res.WorkerAnonIdleMiB, res.WorkerAnonParkedMiB = mib(idleRSS.Anon), mib(parkedRSS.Anon)
+	res.WorkerHeapBytesPerRun = float64(parked.HeapInuse-idle.HeapInuse) / float64(n)
 	res.WorkerGoroutinesIdle, res.WorkerGoroutinesParked = idle.Goroutines, parked.Goroutines
 	res.WorkerHeapIdleMiB, res.WorkerHeapParkedMiB = mib(idle.HeapInuse), mib(parked.HeapInuse)
 	res.WorkerParked = parked.Parked
@@ -243,8 +259,8 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	if res.RedisRunKeyBytes, err = b.sampleRunKeys(ctx, runIDs); err != nil {
 		return nil, err
 	}
-	if res.VerifiedWaiting, err = verifyParked(ctx, cl.Store(), runIDs, true); err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
+	if want := int64(parkWarmupRuns + n); parked.Parked != want {
+		return nil, fmt.Errorf("%s: the worker parked %d runs, want %d", label, parked.Parked, want)
 	}
 	// The parked runs hold nothing in the worker: stop it, so that the
 	// sweep is the scheduler's alone. The rejected runs' resume messages
@@ -259,7 +275,7 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	if err := b.sweep(ctx, label, cl, n, res); err != nil {
 		return nil, err
 	}
-	if res.VerifiedExpired, err = verifyParked(ctx, cl.Store(), runIDs, false); err != nil {
+	if res.VerifiedExpired, err = verifyExpired(ctx, cl.Store(), runIDs); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	res.PhaseSeconds = time.Since(began).Seconds()
@@ -285,11 +301,21 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 	log := zerolog.New(logf).Level(lvl).With().Timestamp().Str("component", "scheduler").Logger()
 	// The configuration of `durable scheduler` with its default flags.
 	cfg := scheduler.Config{Client: cl, Interval: time.Second, StuckAfter: 5 * time.Minute, Lease: 30 * time.Second, Logger: &log}
-	sch, err := scheduler.New(cfg)
-	if err != nil {
-		return err
+	schs := make([]*scheduler.Scheduler, b.cfg.SweepSchedulers)
+	for i := range schs {
+		if schs[i], err = scheduler.New(cfg); err != nil {
+			return err
+		}
 	}
-	res.SweepInterval, res.SweepBatch = cfg.Interval.Seconds(), schedulerDefaultBatch
+	stats := func() (st scheduler.Stats) {
+		for _, sch := range schs {
+			s := sch.Stats()
+			st.Rejected += s.Rejected
+			st.Errors += s.Errors
+		}
+		return st
+	}
+	res.SweepSchedulers, res.SweepInterval, res.SweepBatch = len(schs), cfg.Interval.Seconds(), schedulerDefaultBatch
 	if b.cfg.ProfileDir != "" {
 		f, err := os.Create(filepath.Join(b.cfg.ProfileDir, "sweep-"+SystemDurableRedis+".pprof"))
 		if err != nil {
@@ -306,11 +332,15 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 	sctx, cancel := context.WithCancel(ctx)
 	cpuBefore := b.cpu(0)
 	began := time.Now()
-	stopped := make(chan error, 1)
-	go func() { stopped <- sch.Run(sctx) }()
+	stopped := make(chan error, len(schs))
+	for _, sch := range schs {
+		go func() { stopped <- sch.Run(sctx) }()
+	}
 	defer func() {
 		cancel()
-		<-stopped
+		for range schs {
+			<-stopped
+		}
 	}()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -323,7 +353,7 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 			stopped <- err
 			return fmt.Errorf("%s: the scheduler stopped: %v", label, err)
 		case now := <-tick.C:
-			st := sch.Stats()
+			st := stats()
 			b.progress.update(int(st.Rejected))
 			if st.Rejected > 0 && res.FirstExpirySeconds == 0 {
 				res.FirstExpirySeconds = now.Sub(began).Seconds()
@@ -335,8 +365,8 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 				if d := res.SweepSeconds - res.FirstExpirySeconds; d > 0 {
 					res.ExpiredPerS = float64(n) / d
 				}
-				b.progress.end("%d expired waits swept in %.1fs (first after %.1fs, then %.0f/s; batch %d, interval %s)",
-					n, res.SweepSeconds, res.FirstExpirySeconds, res.ExpiredPerS, res.SweepBatch, cfg.Interval)
+				b.progress.end("%d expired waits swept in %.1fs (first after %.1fs, then %.0f/s; %d scheduler(s), batch %d, interval %s)",
+					n, res.SweepSeconds, res.FirstExpirySeconds, res.ExpiredPerS, len(schs), res.SweepBatch, cfg.Interval)
 				return nil
 			}
 			if st.Rejected != last {
@@ -349,13 +379,13 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 	}
 }
 
-// verifyParked checks in the store that every run in ids is waiting at
-// its approval (waiting) or, after the sweep, no longer waits and has the
-// scheduler's rejection recorded. It returns how many it checked.
-func verifyParked(ctx context.Context, store checkpoint.Store, ids []string, waiting bool) (int, error) {
+// verifyExpired checks in the store that every run in ids no longer
+// waits and has the scheduler's expiry recorded as its last decision. It
+// returns how many it checked.
+func verifyExpired(ctx context.Context, store checkpoint.Store, ids []string) (int, error) {
 	runs, err := store.ListRuns(ctx, checkpoint.Filter{Workflow: ParkWorkflow})
 	if err != nil {
-		return 0, fmt.Errorf("verify parked runs: %w", err)
+		return 0, fmt.Errorf("verify expired runs: %w", err)
 	}
 	byID := make(map[string]*checkpoint.Run, len(runs))
 	for i := range runs {
@@ -363,19 +393,15 @@ func verifyParked(ctx context.Context, store checkpoint.Store, ids []string, wai
 	}
 	for _, id := range ids {
 		run := byID[id]
-		switch {
-		case run == nil:
+		if run == nil {
 			return 0, fmt.Errorf("run %s is not in the store", id)
-		case waiting && (run.Status != checkpoint.StatusWaiting || run.Wait == nil || run.Wait.Step != 1):
-			return 0, fmt.Errorf("run %s is %s at step %d, want waiting at its approval", id, run.Status, run.Step)
-		case waiting:
-		case run.Status == checkpoint.StatusWaiting:
+		}
+		if run.Status == checkpoint.StatusWaiting {
 			return 0, fmt.Errorf("run %s still waits after the sweep (deadline %s)", id, run.Wait.Deadline.Format(time.RFC3339Nano))
-		default:
-			a := run.Approvals
-			if len(a) == 0 || a[len(a)-1].Decision != checkpoint.DecisionRejected || a[len(a)-1].Channel != client.ChannelScheduler {
-				return 0, fmt.Errorf("run %s is %s without the scheduler's rejection (approvals %+v)", id, run.Status, a)
-			}
+		}
+		a := run.Approvals
+		if len(a) == 0 || a[len(a)-1].Decision != checkpoint.DecisionRejected || a[len(a)-1].Channel != client.ChannelScheduler {
+			return 0, fmt.Errorf("run %s is %s without the scheduler's expiry (approvals %+v)", id, run.Status, a)
 		}
 	}
 	return len(ids), nil
@@ -461,13 +487,16 @@ func (p *ParkedResult) writeText(b *strings.Builder) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(b, "\nworker RSS and heap after a GC that returns freed memory to the OS (the runtime does the same within 2 minutes of quiet);\n"+
-		"before it, parked RSS was %.1f MiB; peak RSS %.1f MiB; in-use heap %.1f -> %.1f MiB. Redis: INFO used_memory grew %.1f MiB.\n"+
-		"the sweep is `durable scheduler` with its defaults (batch %d, interval %gs), started once every TTL had passed, worker stopped;\n"+
+	fmt.Fprintf(b, "\nworker idle: after setup (%.1f MiB) and %d runs parked as a warm-up; RSS and heap after a GC that returns freed memory\n"+
+		"to the OS (the runtime does the same within 2 minutes of quiet); before it, parked RSS was %.1f MiB; peak RSS %.1f MiB;\n"+
+		"RSS without the executable's pages (RssAnon) %.1f -> %.1f MiB; in-use heap %.1f -> %.1f MiB, %.1f bytes per parked run.\n"+
+		"Redis: INFO used_memory grew %.1f MiB.\n"+
+		"the sweep is %d `durable scheduler` with its defaults (batch %d, interval %gs), started once every TTL had passed, worker stopped;\n"+
 		"timed from its start (a repair pass over all runs, then a sweep per tick) until it had expired all %d; %d errors.\n"+
-		"verified in the store: %d runs waiting before the sweep, %d rejected by the scheduler after it.\n\n",
-		p.WorkerRSSParkedNoGCMiB, p.WorkerPeakRSSMiB, p.WorkerHeapIdleMiB, p.WorkerHeapParkedMiB, mib(p.RedisUsedMemoryDeltaBytes),
-		p.SweepBatch, p.SweepInterval, p.Runs, p.SweepErrors, p.VerifiedWaiting, p.VerifiedExpired)
+		"verified: the worker parked all %d (and the warm-up), and in the store after the sweep %d no longer wait, each rejected by the scheduler.\n\n",
+		p.WorkerRSSColdMiB, parkWarmupRuns, p.WorkerRSSParkedNoGCMiB, p.WorkerPeakRSSMiB,
+		p.WorkerAnonIdleMiB, p.WorkerAnonParkedMiB, p.WorkerHeapIdleMiB, p.WorkerHeapParkedMiB, p.WorkerHeapBytesPerRun, mib(p.RedisUsedMemoryDeltaBytes),
+		p.SweepSchedulers, p.SweepBatch, p.SweepInterval, p.Runs, p.SweepErrors, p.Runs, p.VerifiedExpired)
 	return nil
 }
 

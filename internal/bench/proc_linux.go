@@ -56,6 +56,10 @@ func procStats(pid int) (cpu time.Duration, peakRSS int64, err error) {
 // procRSS reads a live process's resident set size now (VmRSS).
 func procRSS(pid int) (int64, error) { return procStatus(pid, "VmRSS") }
 
+// procRSSAnon reads the anonymous part of a live process's resident set
+// (RssAnon: without file-backed pages such as its executable's code).
+func procRSSAnon(pid int) (int64, error) { return procStatus(pid, "RssAnon") }
+
 // procStatus reads a size in kB from /proc/<pid>/status, in bytes.
 func procStatus(pid int, field string) (int64, error) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

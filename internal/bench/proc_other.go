@@ -21,3 +21,7 @@ func procStats(int) (time.Duration, int64, error) {
 func procRSS(int) (int64, error) {
 	return 0, errors.New("worker RSS is measured from /proc, on Linux only")
 }
+
+func procRSSAnon(int) (int64, error) {
+	return 0, errors.New("worker RSS is measured from /proc, on Linux only")
+}

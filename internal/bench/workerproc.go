@@ -307,9 +307,14 @@ func startWorker(ctx context.Context, command func(args []string) *exec.Cmd, arg
 	}
 }
 
+// rssSample is a process's resident set size, in bytes: all of it
+// (VmRSS), and its anonymous memory alone (RssAnon: without the pages of
+// the executable and other files).
+type rssSample struct{ RSS, Anon int64 }
+
 // stats asks a worker started with --stats for its stats, after a
 // garbage collection when gc is set, and reads its resident set size.
-func (p *workerProc) stats(ctx context.Context, gc bool) (workerStats, int64, error) {
+func (p *workerProc) stats(ctx context.Context, gc bool) (workerStats, rssSample, error) {
 	cmd := "stats\n"
 	if gc {
 		cmd = "stats gc\n"
@@ -319,22 +324,26 @@ func (p *workerProc) stats(ctx context.Context, gc bool) (workerStats, int64, er
 	default:
 	}
 	if _, err := io.WriteString(p.stdin, cmd); err != nil {
-		return workerStats{}, 0, fmt.Errorf("ask the worker for its stats: %w", err)
+		return workerStats{}, rssSample{}, fmt.Errorf("ask the worker for its stats: %w", err)
 	}
 	select {
 	case line := <-p.statsc:
 		st, err := parseWorkerStats(line)
 		if err != nil {
-			return st, 0, err
+			return st, rssSample{}, err
 		}
-		rss, err := procRSS(p.pid())
+		var rss rssSample
+		if rss.RSS, err = procRSS(p.pid()); err != nil {
+			return st, rss, err
+		}
+		rss.Anon, err = procRSSAnon(p.pid())
 		return st, rss, err
 	case <-p.exitc:
-		return workerStats{}, 0, fmt.Errorf("the worker process exited (%v): %s", p.err, p.logTail())
+		return workerStats{}, rssSample{}, fmt.Errorf("the worker process exited (%v): %s", p.err, p.logTail())
 	case <-time.After(10 * time.Second):
-		return workerStats{}, 0, errors.New("the worker process did not answer a stats request within 10s")
+		return workerStats{}, rssSample{}, errors.New("the worker process did not answer a stats request within 10s")
 	case <-ctx.Done():
-		return workerStats{}, 0, ctx.Err()
+		return workerStats{}, rssSample{}, ctx.Err()
 	}
 }
 

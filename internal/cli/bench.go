@@ -23,6 +23,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof), and of the parked runs' sweep (sweep-durable-redis.pprof)")
 	parked := fs.Int("parked", 100000, "N: runs parked at an approval on the Redis store, then swept by a scheduler, after the other phases; 0 skips")
 	only := fs.String("only", "", "run one phase alone: parked")
+	sweepers := fs.Int("sweep-schedulers", 1, "scheduler replicas that sweep the parked runs' expired waits")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -30,7 +31,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) > 0 {
 		return usagef("bench: unexpected argument %q", pos[0])
 	}
-	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked}
+	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
 	switch *store {
 	case "all":
 		cfg.Stores = []string{bench.StoreRedis, bench.StoreKV}
@@ -47,6 +48,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("bench: --parked %d: give a number of runs, or 0 to skip the phase", *parked)
 	case *parked == 0:
 		cfg.Parked = -1
+	}
+	if *sweepers < 1 {
+		return usagef("bench: --sweep-schedulers %d: want at least 1", *sweepers)
 	}
 	switch *only {
 	case "":
