@@ -272,6 +272,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.ratios()
 	// Last, so that the claims-9 phases run on servers without 100,000
 	// runs and their messages.
+	if b.cfg.Parked > 0 && !slices.Contains(b.cfg.Stores, StoreRedis) {
+		b.progress.linef("waiting at scale: skipped, it runs on the Redis store")
+	}
 	if b.cfg.Parked > 0 && slices.Contains(b.cfg.Stores, StoreRedis) {
 		if rep.Parked, err = b.Parked(ctx, b.cfg.Parked); err != nil {
 			if ctx.Err() != nil {

@@ -13,6 +13,13 @@
 //	if err != nil { ... }
 //	rep.WriteText(os.Stdout)
 //
+// Last, on the Redis store, the waiting-at-scale phase (Bench.Parked)
+// parks N runs of a one-step workflow at an approval through a worker
+// process of its own and reports the worker's RSS and goroutines idle and
+// with the runs parked, Redis memory per parked run, and the time a
+// scheduler, started once the approvals' TTL has passed, takes to expire
+// them all, each figure with the bound of issue 5.
+//
 // `durable bench` is the command; BenchmarkClaims9Redis, BenchmarkClaims9KV
 // and BenchmarkFloor run the same code under `go test -bench`.
 package bench
