@@ -113,7 +113,7 @@ type ParkedResult struct {
 	// interval, batch and lease, logging at the worker's level to a file),
 	// or SweepSchedulers replicas of it, starts once every TTL has passed;
 	// from its start until it expired all N. FirstExpirySeconds is when
-	// the first one was, after its start-up repair pass and first tick.
+	// the first one was.
 	SweepSchedulers    int     `json:"sweep_schedulers"`
 	SweepInterval      float64 `json:"sweep_interval_s"`
 	SweepBatch         int     `json:"sweep_batch"`
@@ -492,7 +492,7 @@ func (p *ParkedResult) writeText(b *strings.Builder) error {
 		"RSS without the executable's pages (RssAnon) %.1f -> %.1f MiB; in-use heap %.1f -> %.1f MiB, %.1f bytes per parked run.\n"+
 		"Redis: INFO used_memory grew %.1f MiB.\n"+
 		"the sweep is %d `durable scheduler` with its defaults (batch %d, interval %gs), started once every TTL had passed, worker stopped;\n"+
-		"timed from its start (a repair pass over all runs, then a sweep per tick) until it had expired all %d; %d errors.\n"+
+		"timed from its start (a sweep at once, then one per tick; its repair pass runs beside them) until it had expired all %d; %d errors.\n"+
 		"verified: the worker parked all %d (and the warm-up), and in the store after the sweep %d no longer wait, each rejected by the scheduler.\n\n",
 		p.WorkerRSSColdMiB, parkWarmupRuns, p.WorkerRSSParkedNoGCMiB, p.WorkerPeakRSSMiB,
 		p.WorkerAnonIdleMiB, p.WorkerAnonParkedMiB, p.WorkerHeapIdleMiB, p.WorkerHeapParkedMiB, p.WorkerHeapBytesPerRun, mib(p.RedisUsedMemoryDeltaBytes),

@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,9 @@ type Config struct {
 	Interval time.Duration
 	// Batch is how many due entries one claim takes. Default 100.
 	Batch int
+	// Parallel is how many claimed entries are handled at once; each is a
+	// compare-and-set on its own run. Default 32.
+	Parallel int
 	// Lease hides a claimed entry from other schedulers; an entry whose
 	// scheduler died is claimed again after it. Default 30s.
 	Lease time.Duration
@@ -61,7 +65,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("scheduler: Config.Client is required")
 	}
-	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
+	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Parallel < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
 		return nil, errors.New("scheduler: durations and sizes must not be negative")
 	}
 	if cfg.Interval == 0 {
@@ -69,6 +73,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.Batch == 0 {
 		cfg.Batch = 100
+	}
+	if cfg.Parallel == 0 {
+		cfg.Parallel = 32
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
@@ -98,31 +105,48 @@ func (s *Scheduler) Stats() Stats {
 	}
 }
 
-// Run sweeps until ctx ends.
+// Run sweeps until ctx ends: at once, then every Interval. The repair
+// passes run beside the sweeps, so a pass over many runs never holds up
+// an expiry.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info().Dur("interval", s.cfg.Interval).Dur("stuck_after", s.cfg.StuckAfter).Msg("scheduler started")
+	var repairs sync.WaitGroup
+	repairs.Add(1)
+	go func() {
+		defer repairs.Done()
+		t := time.NewTicker(s.cfg.RepairInterval)
+		defer t.Stop()
+		for {
+			s.Repair(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	sweep := time.NewTicker(s.cfg.Interval)
 	defer sweep.Stop()
-	repair := time.NewTicker(s.cfg.RepairInterval)
-	defer repair.Stop()
-	s.Repair(ctx)
 	for {
+		s.Sweep(ctx)
 		select {
 		case <-ctx.Done():
+			repairs.Wait()
 			s.log.Info().Msg("scheduler stopped")
 			return nil
 		case <-sweep.C:
-			s.Sweep(ctx)
-		case <-repair.C:
-			s.Repair(ctx)
 		}
 	}
 }
 
 // Sweep claims due entries in batches until none is left and applies
-// their policies. It returns how many entries it handled.
+// their policies, Parallel at a time; the next batch is claimed while the
+// last one is handled. It returns how many entries it handled.
 func (s *Scheduler) Sweep(ctx context.Context) int {
 	handled := 0
+	slots := make(chan struct{}, s.cfg.Parallel)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for ctx.Err() == nil {
 		now := s.cfg.Now()
 		ids, err := s.store.ClaimDue(ctx, now, s.cfg.Batch, s.cfg.Lease)
@@ -136,7 +160,13 @@ func (s *Scheduler) Sweep(ctx context.Context) int {
 		}
 		s.c.claimed.Add(int64(len(ids)))
 		for _, id := range ids {
-			s.expire(ctx, id, now)
+			slots <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				s.expire(ctx, id, now)
+			}()
 			handled++
 		}
 	}
