@@ -192,6 +192,13 @@ type Checkpoint struct {
 	WakeAt  time.Time    `json:"wake_at,omitzero"`
 	Journal []CallRecord `json:"journal,omitempty"`
 	Effects []Effect     `json:"effects,omitempty"`
+	// Error says why the run failed, when the step ended it as failed.
+	Error string `json:"error,omitempty"`
+	// Gen is the run's resume generation (Run.Resumes) the committing
+	// attempt ran under. A checkpoint of step n from an earlier generation
+	// (an attempt that ran before the run parked at n and was decided, and
+	// whose commit lost) is not step n's result: the step runs again.
+	Gen int `json:"gen,omitempty"`
 	// Attempt is the delivery that committed the step (1 = first).
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
@@ -223,6 +230,12 @@ func (cp Checkpoint) Size() int {
 	}
 	if cp.Spend != 0 {
 		n += len(`,"spend":`) + 24
+	}
+	if cp.Error != "" {
+		n += len(`,"error":""`) + len(cp.Error)
+	}
+	if cp.Gen != 0 {
+		n += len(`,"gen":`) + 20
 	}
 	if len(cp.Journal) > 0 {
 		n += len(`,"journal":[]`)
@@ -272,7 +285,9 @@ type Effect struct {
 // Snapshot is what a worker needs to run step n, read in one round trip.
 type Snapshot struct {
 	Run Run
-	// Current is checkpoint n, nil when step n has not been committed.
+	// Current is checkpoint n, nil when step n has not been committed. A
+	// worker takes it as step n's result only if its Gen is the run's
+	// Resumes (see Checkpoint.Gen).
 	Current *Checkpoint
 	// Previous is checkpoint n-1, nil for step 1 or when missing.
 	Previous *Checkpoint

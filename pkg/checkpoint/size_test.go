@@ -22,7 +22,7 @@ func TestSizeBoundsTheEncoding(t *testing.T) {
 			Journal: []checkpoint.CallRecord{{Name: "ledger", ArgsSHA256: strings.Repeat("a", 64), Result: json.RawMessage(`{"ok":true}`), At: at}},
 			Effects: []checkpoint.Effect{{Key: "claim-0042:step6", Replayed: true}}},
 		"everything": {RunID: strings.Repeat("r", 128), Step: 1 << 40, Name: "n", State: big, Next: "x", Status: checkpoint.StatusWaiting,
-			WakeAt: at, Spend: 1.0 / 3, Attempt: 1 << 30, At: at, DurationMS: 123456.789,
+			WakeAt: at, Spend: 1.0 / 3, Error: "the claim is void", Gen: 1 << 20, Attempt: 1 << 30, At: at, DurationMS: 123456.789,
 			Journal: []checkpoint.CallRecord{
 				{Name: "model", ArgsSHA256: strings.Repeat("b", 64), Result: big, At: at, Replayed: true},
 				{Name: "tool", ArgsSHA256: strings.Repeat("c", 64), Error: "timeout", At: at},

@@ -69,17 +69,51 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 			next.Step, next.StepName, next.Status = cp.Step+1, cp.Next, checkpoint.StatusWaiting
 			next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At, Deadline: cp.WakeAt}
 		default:
-			next.Status = cp.Status
+			next.Status, next.Error = cp.Status, cp.Error
 		}
 		stored, err := w.cfg.Store.UpdateRun(ctx, next)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
 		}
-		if err == nil {
-			zerolog.Ctx(ctx).Warn().Msg("run record rolled forward to its committed checkpoint")
+		if err != nil {
+			return stored, err
 		}
-		return stored, err
+		zerolog.Ctx(ctx).Warn().Msg("run record rolled forward to its committed checkpoint")
+		if stored.Wait != nil && stored.Wait.Kind == checkpoint.WaitTimer {
+			if err := w.cfg.Store.IndexDue(ctx, stored.ID, stored.Wait.Deadline); err != nil {
+				zerolog.Ctx(ctx).Warn().Err(err).Msg("timer not indexed; the scheduler will repair it")
+			}
+		}
+		return stored, nil
 	}
+}
+
+// adoptable says whether checkpoint cp of the step at run's cursor is that
+// step's result: committed under the run's current resume generation.
+// Stores that write the checkpoint before the run record (JetStream KV)
+// can hold a checkpoint of an attempt whose commit lost to a park; once
+// the run was decided and resumed, that result is stale and the step runs
+// again.
+func adoptable(run checkpoint.Run, cp *checkpoint.Checkpoint) bool {
+	return cp != nil && cp.Gen == run.Resumes
+}
+
+// followCommitted continues from checkpoint cp of step n, which the store
+// holds: the run record is rolled forward first if it lags the checkpoint,
+// then n+1 is published if the run still waits for it, and n is acked.
+func (w *Worker) followCommitted(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
+	if run.Status == checkpoint.StatusRunning && run.Step == cp.Step {
+		// The run record lags its checkpoint: a read that raced the
+		// commit (reads of the KV store are not one snapshot), or a
+		// commit whose second write was lost with its worker. Roll it
+		// forward.
+		var err error
+		if run, err = w.rollForward(ctx, run.ID, cp); err != nil {
+			w.retryTransient(d, "roll forward", err)
+			return
+		}
+	}
+	w.continueAfter(ctx, d, run, cp, outcome)
 }
 
 // delivery is one message being handled.
@@ -131,21 +165,17 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		return
 	}
 	run := snap.Run
-	if snap.Current != nil {
+	atCursor := run.Status == checkpoint.StatusRunning && run.Step == m.Step
+	if snap.Current != nil && (!atCursor || adoptable(run, snap.Current)) {
 		// The step is done. Publish n+1 again only if the run still waits
 		// for it, so replayed old messages don't cascade.
 		w.c.replayed.Add(1)
-		if run.Status == checkpoint.StatusRunning && run.Step == m.Step {
-			// The run record lags its checkpoint: a read that raced the
-			// commit (reads of the KV store are not one snapshot), or a
-			// commit half applied across a server crash. Roll it forward.
-			if run, err = w.rollForward(ctx, run.ID, *snap.Current); err != nil {
-				w.retryTransient(d, "roll forward", err)
-				return
-			}
-		}
-		w.continueAfter(ctx, d, run, *snap.Current, "replayed")
+		w.followCommitted(ctx, d, run, *snap.Current, "replayed")
 		return
+	}
+	if snap.Current != nil {
+		d.log.Warn().Int("checkpoint_gen", snap.Current.Gen).Int("run_gen", run.Resumes).
+			Msg("checkpoint of an attempt from before the last decision: running the step again")
 	}
 	switch {
 	case run.Status == checkpoint.StatusRunning && run.Step == m.Step+1:
@@ -230,7 +260,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		return
 	}
 	cp := checkpoint.Checkpoint{
-		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State,
+		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes,
 		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
 		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
 	}
@@ -247,7 +277,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		cp.Status = checkpoint.StatusCompleted
 		next.Status = checkpoint.StatusCompleted
 	case steps.KindFail:
-		cp.Status = checkpoint.StatusFailed
+		cp.Status, cp.Error = checkpoint.StatusFailed, res.Reason
 		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
 	case steps.KindSleep:
 		// Committed like a step that goes on, but the run waits for its
@@ -330,11 +360,14 @@ func (w *Worker) afterLostCommit(ctx context.Context, d *delivery) {
 		w.retryTransient(d, "reload after lost commit", err)
 		return
 	}
-	if snap.Current != nil {
-		w.continueAfter(ctx, d, snap.Run, *snap.Current, "lost")
+	atCursor := snap.Run.Status == checkpoint.StatusRunning && snap.Run.Step == d.m.Step
+	if snap.Current != nil && (!atCursor || adoptable(snap.Run, snap.Current)) {
+		// The winner's run record may not be written yet (or ever, if its
+		// worker died between the writes): follow its checkpoint.
+		w.followCommitted(ctx, d, snap.Run, *snap.Current, "lost")
 		return
 	}
-	if snap.Run.Status == checkpoint.StatusRunning && snap.Run.Step == d.m.Step {
+	if atCursor {
 		// The run record moved but still waits for this step: run it again.
 		w.retryTransient(d, "commit", errors.New("run record changed during the step"))
 		return
