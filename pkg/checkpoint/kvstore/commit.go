@@ -6,26 +6,31 @@ import (
 	"fmt"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// maxSettleRetries bounds the compare-and-set loop that moves a run onto a
-// checkpoint whose commit lost the run's revision; each lost round means
-// the run record changed again meanwhile.
+// maxSettleRetries bounds the compare-and-set loops of a commit: the one
+// that moves a run onto a checkpoint whose commit lost the run's revision,
+// and the one that writes over a checkpoint of an earlier generation. Each
+// lost round means the key changed again meanwhile.
 const maxSettleRetries = 100
 
-// Commit writes cp first-writer-wins, then moves the run to run's cursor:
+// Commit writes cp first-writer-wins within its generation, then moves
+// the run to run's cursor:
 //
-//  1. cp.<R>.<n> create-only: the first writer of step n wins; a loser
-//     gets ErrCheckpointExists and has written nothing.
+//  1. cp.<R>.<n>, create-only: the first writer of step n wins; a loser
+//     gets ErrCheckpointExists and has written nothing. The one
+//     exception is a checkpoint n of an earlier generation (its Gen below
+//     cp.Gen): the result of an attempt that ran before the run parked
+//     at n and was decided, which no run adopts. It is written over,
+//     compare-and-set on its revision (see writeCheckpoint).
 //  2. run.<R> compare-and-set on run.Rev.
 //
 // The run only moves after its checkpoint is stored, so a crash between
 // the two leaves a run that lags its checkpoint, which the worker rolls
 // forward on redelivery. If step 2 loses its revision, the checkpoint is
-// stored and is step n's result all the same; settle then makes the run
-// agree with it (see settle) instead of undoing it: a concurrent reader may
-// already have rolled the run forward over it.
+// stored all the same; settle then makes the run agree with it when it is
+// still the run's step n of the same generation, instead of undoing it: a
+// concurrent reader may already have rolled the run forward over it.
 func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
 	if cp.RunID == "" {
 		cp.RunID = run.ID
@@ -54,13 +59,9 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		defer cancel()
 	}
 
-	cpRev, err := s.create(ctx, cpKey(run.ID, cp.Step), cpDoc)
-	if errors.Is(err, errWrongRevision) {
-		return fail(checkpoint.ErrCheckpointExists)
-	}
-	if err != nil {
-		// No PubAck: the checkpoint may or may not be stored. The caller
-		// retries the step, whose Load finds out.
+	if err := s.writeCheckpoint(ctx, cpKey(run.ID, cp.Step), cp.Gen, cpDoc); err != nil {
+		// ErrCheckpointExists, or no PubAck: the checkpoint may or may
+		// not be stored. The caller retries the step, whose Load finds out.
 		return fail(err)
 	}
 	if s.afterCheckpoint != nil {
@@ -68,7 +69,7 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	}
 	rev, err := s.put(ctx, runKey(run.ID), runDoc, run.Rev)
 	if errors.Is(err, errWrongRevision) {
-		settled, err := s.settle(ctx, run, cp, cpRev)
+		settled, err := s.settle(ctx, run, cp)
 		if err != nil {
 			return fail(err)
 		}
@@ -83,37 +84,82 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	return run, nil
 }
 
+// writeCheckpoint stores doc, a checkpoint of generation gen, on key:
+// create-only, but over a checkpoint of an earlier generation, or over a
+// delete marker (older versions of this store removed the checkpoint of a
+// commit to a missing run), compare-and-set on its revision.
+// ErrCheckpointExists when the key holds a checkpoint of generation gen
+// or later. A key's generation only grows, so a read that lags shows a
+// generation no higher than the stored one: its "exists" answer holds,
+// and its revision at worst makes the compare-and-set fail and read again.
+func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []byte) error {
+	var rev uint64 // 0: the key has no message at all
+	for range maxSettleRetries {
+		_, err := s.put(ctx, key, doc, rev)
+		if !errors.Is(err, errWrongRevision) {
+			return err
+		}
+		e, err := s.get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("checkpoint %s exists, not read: %w", key, err)
+		}
+		if e.found {
+			var stored struct {
+				Gen int `json:"gen"`
+			}
+			if err := unmarshal(e.value, &stored); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", key, err)
+			}
+			if stored.Gen >= gen {
+				return checkpoint.ErrCheckpointExists
+			}
+		}
+		rev = e.rev
+	}
+	return fmt.Errorf("checkpoint %s still contended after %d attempts", key, maxSettleRetries)
+}
+
 // settle finishes a commit whose checkpoint n is stored but whose run
 // compare-and-set lost: the run record changed after the caller read it.
 // The checkpoint stays (first writer wins), and the run record decides:
 //
+//   - a resume generation other than the checkpoint's (the run parked at
+//     step n and was decided since the step began, or is parked there
+//     now): ErrConflict. The decision is what counts; the checkpoint
+//     stays, adopted by no one, and the resumed step's commit writes over
+//     it (see writeCheckpoint).
 //   - still running at step n (an audit entry, a redrive, a roll-forward
 //     race lost by nobody yet): the commit's cursor fields are set on the
 //     current record and the commit succeeds;
 //   - already moved past n by a reader that found the checkpoint and
 //     rolled the run forward: the commit succeeds with the stored run;
-//   - anything else (cancelled, parked, dead at step n): ErrConflict. The
-//     run record is the truth; the checkpoint stays as a record of work
-//     done, and is adopted only if the run runs step n again.
-//   - no run at all: the checkpoint is removed (no run could have rolled
-//     forward over it) and the answer is ErrNotFound.
-func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint, cpRev uint64) (checkpoint.Run, error) {
+//   - anything else (cancelled, dead at step n): ErrConflict. The run
+//     record is the truth; the checkpoint stays as a record of work done,
+//     and is adopted only if the run runs step n again in the same
+//     generation (a redrive).
+//   - no run at all: ErrNotFound, and the checkpoint stays too. Removing
+//     it would reopen the key to a second, different result should the
+//     read be wrong.
+//
+// A key's generation only grows and the run's with it: when the stored
+// run's generation is the checkpoint's, no later generation wrote over
+// it, so the checkpoint settled on is this commit's own.
+func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
 	for range maxSettleRetries {
 		e, err := s.get(ctx, runKey(next.ID))
-		if err == nil && !e.found {
-			if err := s.kv.Delete(ctx, cpKey(next.ID, cp.Step), jetstream.LastRevision(cpRev)); err != nil {
-				return checkpoint.Run{}, errors.Join(checkpoint.ErrNotFound, fmt.Errorf("remove the checkpoint of a missing run: %w", err))
-			}
-			return checkpoint.Run{}, checkpoint.ErrNotFound
-		}
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
+		}
+		if !e.found {
+			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run missing: %w", checkpoint.ErrNotFound)
 		}
 		stored, err := decodeRunValue(e.value, e.rev)
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 		}
 		switch {
+		case stored.Resumes != cp.Gen:
+			return checkpoint.Run{}, fmt.Errorf("checkpoint of generation %d stored, run at generation %d: %w", cp.Gen, stored.Resumes, checkpoint.ErrConflict)
 		case stored.Status == checkpoint.StatusRunning && stored.Step == cp.Step:
 			merged := withCursor(stored, next)
 			doc, err := marshal(merged)

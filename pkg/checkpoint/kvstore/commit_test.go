@@ -8,7 +8,6 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Commit is two writes, checkpoint then run. These tests put another
@@ -188,9 +187,11 @@ func TestCommitCrashBetweenWrites(t *testing.T) {
 	mustCheckpoint(ctx, t, b, "crash-1", 1, `{"by":"a"}`)
 }
 
-// A commit to a run that does not exist leaves no checkpoint behind, and
-// a run created later under that id commits its step 1 normally.
-func TestCommitUnknownRunLeavesNothing(t *testing.T) {
+// A commit to a run that does not exist answers ErrNotFound and leaves
+// its checkpoint: a removal would reopen the key to a second, different
+// result, should the read that found no run be wrong. The key stays
+// first-writer-wins.
+func TestCommitUnknownRunKeepsCheckpoint(t *testing.T) {
 	js := connect(t)
 	ctx := testCtx(t)
 	s, bucket := newStore(t, js)
@@ -203,22 +204,49 @@ func TestCommitUnknownRunLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(ctx, "cp.ghost-1.1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("checkpoint key of a missing run: %v, want ErrKeyNotFound", err)
+	e, err := kv.Get(ctx, "cp.ghost-1.1")
+	if err != nil {
+		t.Fatalf("checkpoint key of a missing run: %v, want it kept", err)
 	}
-	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "ghost-1", Status: checkpoint.StatusRunning, Step: 1})
+	if string(e.Value()) == "" || e.Revision() == 0 {
+		t.Fatalf("checkpoint key of a missing run: %+v", e)
+	}
+	next, cp = step1(ghost, "second")
+	if _, err := s.Commit(ctx, next, cp); !errors.Is(err, checkpoint.ErrCheckpointExists) {
+		t.Fatalf("second Commit to a missing run: %v, want ErrCheckpointExists", err)
+	}
+	mustCheckpoint(ctx, t, s, "ghost-1", 1, `{"by":"ghost"}`)
+}
+
+// A delete marker on a checkpoint key (older versions of this store left
+// one after a commit to a missing run) does not block the step: a
+// commit writes over it, and Load's probe reads through it.
+func TestCommitOverDeleteMarker(t *testing.T) {
+	js := connect(t)
+	ctx := testCtx(t)
+	s, bucket := newStore(t, js)
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The probe of Load meets the delete marker and reads key by key.
-	if snap, err := s.Load(ctx, "ghost-1", 1); err != nil || snap.Current != nil {
-		t.Fatalf("Load(1) of the new run: current %+v, %v; want none", snap.Current, err)
+	if _, err := kv.Put(ctx, "cp.marked-1.1", []byte(`{"step":1}`)); err != nil {
+		t.Fatal(err)
 	}
-	next, cp = step1(run, "real")
+	if err := kv.Delete(ctx, "cp.marked-1.1"); err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "marked-1", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := s.Load(ctx, "marked-1", 1); err != nil || snap.Current != nil {
+		t.Fatalf("Load(1) over a delete marker: current %+v, %v; want none", snap.Current, err)
+	}
+	next, cp := step1(run, "real")
 	if _, err := s.Commit(ctx, next, cp); err != nil {
-		t.Fatalf("Commit once the run exists: %v", err)
+		t.Fatalf("Commit over a delete marker: %v", err)
 	}
-	mustCheckpoint(ctx, t, s, "ghost-1", 1, `{"by":"real"}`)
+	mustCheckpoint(ctx, t, s, "marked-1", 1, `{"by":"real"}`)
 }
 
 // A commit refused for an existing checkpoint writes nothing at all.
