@@ -121,7 +121,7 @@ func testCommitHappyPath(t *testing.T, s checkpoint.Store) {
 func testCommitStaleRev(t *testing.T, s checkpoint.Store, opts Options) {
 	r := mustCreate(t, s, newRun("stale-1"))
 	moved := r
-	moved.Resumes = 9
+	moved.Audit = append(moved.Audit, checkpoint.AuditEntry{Kind: checkpoint.AuditRefused, Step: 1, At: base, By: "mallory"})
 	moved, err := s.UpdateRun(ctx(t), moved)
 	if err != nil {
 		t.Fatalf("UpdateRun: %v", err)
@@ -130,8 +130,9 @@ func testCommitStaleRev(t *testing.T, s checkpoint.Store, opts Options) {
 	late := newCheckpoint("stale-1", 1, "late")
 	got, err := s.Commit(ctx(t), advance(r, 1), late)
 	if opts.CheckpointFirst {
-		// The run still waits for step 1: the checkpoint is stored and the
-		// run moves onto it, keeping what the other writer recorded.
+		// The run still waits for step 1 in the same generation: the
+		// checkpoint is stored and the run moves onto it, keeping what the
+		// other writer recorded.
 		if err != nil {
 			t.Fatalf("Commit with a stale Rev, run still at the step: %v", err)
 		}
@@ -161,15 +162,18 @@ func testCommitStaleRev(t *testing.T, s checkpoint.Store, opts Options) {
 			t.Fatalf("Rev = %d after a refused Commit, want %d", stored.Rev, moved.Rev)
 		}
 	}
+}
 
-	// A run that went elsewhere (cancelled) is never moved by a late commit.
-	r = mustCreate(t, s, newRun("stale-2"))
+// A run that went elsewhere (cancelled) is never moved by a late commit.
+func testCommitAfterCancel(t *testing.T, s checkpoint.Store, opts Options) {
+	r := mustCreate(t, s, newRun("stale-2"))
 	cancelled := r
 	cancelled.Status = checkpoint.StatusCancelled
-	if cancelled, err = s.UpdateRun(ctx(t), cancelled); err != nil {
+	cancelled, err := s.UpdateRun(ctx(t), cancelled)
+	if err != nil {
 		t.Fatalf("UpdateRun: %v", err)
 	}
-	late = newCheckpoint("stale-2", 1, "late")
+	late := newCheckpoint("stale-2", 1, "late")
 	_, err = s.Commit(ctx(t), advance(r, 1), late)
 	wantErr(t, "Commit after a cancel", err, checkpoint.ErrConflict)
 	stored := mustGet(t, s, "stale-2")
@@ -186,6 +190,69 @@ func testCommitStaleRev(t *testing.T, s checkpoint.Store, opts Options) {
 	} else {
 		wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
 	}
+}
+
+// A decision resumed the run at step 1 (a new generation: Resumes one
+// more) after an attempt of the step read it. That attempt's result is
+// never step 1's, whatever the store: its commit is refused and the run
+// stays as the decision left it (a rejection must not be walked past).
+// The resumed step's commit is step 1's result, and a late commit of the
+// earlier generation never replaces it.
+func testCommitAcrossDecision(t *testing.T, s checkpoint.Store, opts Options) {
+	const id = "decided-1"
+	r := mustCreate(t, s, newRun(id))
+	decided := r
+	decided.Resumes = r.Resumes + 1
+	decided.Approvals = append(append([]checkpoint.Approval(nil), r.Approvals...), checkpoint.Approval{
+		Step: 1, By: "carol", At: base, Decision: checkpoint.DecisionRejected, Channel: "http", PayloadSHA256: "abc123",
+	})
+	decided, err := s.UpdateRun(ctx(t), decided)
+	if err != nil {
+		t.Fatalf("UpdateRun: %v", err)
+	}
+
+	stale := newCheckpoint(id, 1, "before-decision")
+	_, err = s.Commit(ctx(t), advance(r, 1), stale)
+	wantErr(t, "Commit of an attempt from before the decision", err, checkpoint.ErrConflict)
+	stored := mustGet(t, s, id)
+	sameRun(t, "run after a Commit from before the decision", stored, decided)
+	if stored.Rev != decided.Rev {
+		t.Fatalf("Rev = %d after a refused Commit, want %d", stored.Rev, decided.Rev)
+	}
+	c, err := s.Checkpoint(ctx(t), id, 1)
+	if opts.CheckpointFirst && err == nil {
+		sameCheckpoint(t, "checkpoint left by a Commit from before the decision", c, stale)
+	} else {
+		wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
+	}
+	snap, err := s.Load(ctx(t), id, 1)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if snap.Current != nil && snap.Current.Gen == snap.Run.Resumes {
+		t.Fatalf("Load(1) offers a checkpoint of generation %d, the run's: a result from before the decision would be adopted", snap.Current.Gen)
+	}
+
+	// The resumed step commits: its result is step 1's.
+	resumed := newCheckpoint(id, 1, "after-decision")
+	resumed.Gen = decided.Resumes
+	got := mustCommit(t, s, advance(decided, 1), resumed)
+	sameRun(t, "Commit of the resumed step", got, advance(decided, 1))
+	c, err = s.Checkpoint(ctx(t), id, 1)
+	if err != nil {
+		t.Fatalf("Checkpoint after the resumed step's Commit: %v", err)
+	}
+	sameCheckpoint(t, "checkpoint of the resumed step", c, resumed)
+
+	// A late attempt of the earlier generation never replaces it.
+	_, err = s.Commit(ctx(t), advance(r, 1), newCheckpoint(id, 1, "zombie"))
+	wantErr(t, "Commit of an earlier generation over a later one", err, checkpoint.ErrCheckpointExists)
+	all, err := s.Checkpoints(ctx(t), id)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("Checkpoints = %v, %v; want the resumed step's only", all, err)
+	}
+	sameCheckpoint(t, "Checkpoints[0]", all[0], resumed)
+	sameRun(t, "run at the end", mustGet(t, s, id), got)
 }
 
 func testCommitExistingStep(t *testing.T, s checkpoint.Store) {
@@ -217,13 +284,19 @@ func testCommitExistingStep(t *testing.T, s checkpoint.Store) {
 	wantErr(t, "Commit of a committed step", err, checkpoint.ErrCheckpointExists)
 }
 
-func testCommitUnknownRun(t *testing.T, s checkpoint.Store) {
+func testCommitUnknownRun(t *testing.T, s checkpoint.Store, opts Options) {
 	r := newRun("ghost-1")
 	r.Rev = 1
-	_, err := s.Commit(ctx(t), advance(r, 1), newCheckpoint("ghost-1", 1, "w"))
+	cp := newCheckpoint("ghost-1", 1, "w")
+	_, err := s.Commit(ctx(t), advance(r, 1), cp)
 	wantErr(t, "Commit to an unknown run", err, checkpoint.ErrNotFound)
-	_, err = s.Checkpoint(ctx(t), "ghost-1", 1)
-	wantErr(t, "Checkpoint of an unknown run", err, checkpoint.ErrNotFound)
+	c, err := s.Checkpoint(ctx(t), "ghost-1", 1)
+	if opts.CheckpointFirst && err == nil {
+		// Stored before the run write found no run, and never removed.
+		sameCheckpoint(t, "checkpoint left by a Commit to an unknown run", c, cp)
+	} else {
+		wantErr(t, "Checkpoint of an unknown run", err, checkpoint.ErrNotFound)
+	}
 	_, err = s.GetRun(ctx(t), "ghost-1")
 	wantErr(t, "GetRun after Commit to an unknown run", err, checkpoint.ErrNotFound)
 }

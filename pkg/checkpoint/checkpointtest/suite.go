@@ -36,11 +36,16 @@ type Options struct {
 	// CheckpointFirst: Commit stores the checkpoint, then moves the run, in
 	// two writes (the JetStream KV store). A commit whose run changed after
 	// the caller read it may still store its checkpoint, which is then the
-	// step's result (it was the first writer): if the run is still running
-	// at that step, Commit moves it onto the checkpoint and succeeds, keeping
-	// what the other writer recorded; if the run went elsewhere (cancelled),
-	// Commit returns ErrConflict, the run record is left as it is and the
-	// checkpoint stays. A strict store writes nothing on ErrConflict.
+	// step's result (it was the first writer) if the run is still running
+	// at that step in the checkpoint's generation (Resumes == Gen): Commit
+	// moves the run onto it and succeeds, keeping what the other writer
+	// recorded. If the run went elsewhere (cancelled), or a decision
+	// resumed it since (another generation), Commit returns ErrConflict,
+	// the run record is left as it is and the checkpoint stays; one of an
+	// earlier generation is never offered as the step's result, and the
+	// resumed step's commit replaces it. A commit to a missing run returns
+	// ErrNotFound and may leave its checkpoint too. A strict store writes
+	// nothing on ErrConflict or ErrNotFound.
 	CheckpointFirst bool
 }
 
@@ -71,8 +76,10 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"Load", testLoad},
 		{"CommitHappyPath", testCommitHappyPath},
 		{"CommitStaleRev", func(t *testing.T, s checkpoint.Store) { testCommitStaleRev(t, s, opts) }},
+		{"CommitAfterCancel", func(t *testing.T, s checkpoint.Store) { testCommitAfterCancel(t, s, opts) }},
+		{"CommitAcrossDecision", func(t *testing.T, s checkpoint.Store) { testCommitAcrossDecision(t, s, opts) }},
 		{"CommitExistingStep", testCommitExistingStep},
-		{"CommitUnknownRun", testCommitUnknownRun},
+		{"CommitUnknownRun", func(t *testing.T, s checkpoint.Store) { testCommitUnknownRun(t, s, opts) }},
 		{"CommitConcurrent", testCommitConcurrent},
 		{"CommitRacesCancel", func(t *testing.T, s checkpoint.Store) { testCommitRacesCancel(t, s, opts) }},
 		{"CheckpointsInOrder", testCheckpointsInOrder},
@@ -183,6 +190,7 @@ func newCheckpoint(id string, n int, by string) checkpoint.Checkpoint {
 			Name: "model", ArgsSHA256: "h1", Result: json.RawMessage(`"ok"`), At: base,
 		}},
 		Effects:    []checkpoint.Effect{{Key: fmt.Sprintf("%s:step%d", id, n), Replayed: false}},
+		Gen:        1, // newRun's resume generation
 		Attempt:    2,
 		At:         base.Add(time.Duration(n) * time.Minute),
 		DurationMS: 12.5,
