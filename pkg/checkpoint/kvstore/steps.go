@@ -48,15 +48,15 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 // loadFirstAttempt reads the newest message on any key "*.<R>.*": every
 // checkpoint, journal and failures key of the run. Everything written for
 // step n (its checkpoint, journal, failures) is written by an attempt that
-// has read checkpoint n-1, so after it in the stream. Hence when the
+// found the run at step n, which it reaches only over the version of
+// checkpoint n-1 it stands on (a checkpoint key rewritten for a later
+// generation holds that version as its newest message), so after it in
+// the stream. Hence when the
 // newest is checkpoint n-1 itself, step n has nothing yet: Previous is
 // that checkpoint and the rest is empty; when the run has no such key at
 // all, neither has step n. Any other answer (a retry, a replay, a delete
 // marker, a workflow key named like the run) and done is false.
 func (s *Store) loadFirstAttempt(ctx context.Context, id string, n int, snap *checkpoint.Snapshot) (done bool, err error) {
-	if s.directGet == "" {
-		return false, nil
-	}
 	subject, e, err := s.getLast(ctx, "*."+id+".*")
 	switch {
 	case err != nil:

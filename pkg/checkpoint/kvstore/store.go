@@ -18,7 +18,11 @@ type Options struct {
 	// Bucket is the KV bucket name. Default "durable".
 	Bucket string
 	// Replicas of the bucket when New creates it. Default 1; use 3 on a
-	// JetStream cluster. An existing bucket keeps its own setting.
+	// JetStream cluster. An existing bucket keeps its own setting. With
+	// more than one replica the store reads from the stream leader
+	// (STREAM.MSG.GET) instead of with direct gets, which followers answer
+	// too; New reads the setting, so restart the processes after changing
+	// the replicas of a bucket in use.
 	Replicas int
 	// Storage of the bucket when New creates it. Default file storage.
 	Storage jetstream.StorageType
@@ -46,7 +50,8 @@ type Store struct {
 	// bucket's stream (STREAM.MSG.GET, through a domain or API prefix).
 	msgGet string
 	// directGet + key is the direct get of a key's newest message; empty
-	// when the stream does not allow direct gets.
+	// when the stream does not allow direct gets or has more than one
+	// replica: then reads go to the stream leader (see leaderGet).
 	directGet string
 	// putPrefix + key is where a write of key is published (through a
 	// domain or API prefix when one is set, as the KV client does).
@@ -93,7 +98,9 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if api != jetstream.DefaultAPIPrefix {
 		s.putPrefix = api + subjects
 	}
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect && cfg.Mirror == nil {
+	// Followers answer direct gets too, and may lag: a replicated bucket
+	// is read from its leader.
+	if cfg := st.CachedInfo().Config; cfg.AllowDirect && cfg.Mirror == nil && cfg.Replicas <= 1 {
 		s.directGet = api + "DIRECT.GET.KV_" + opts.Bucket + "." + subjects
 	}
 	return s, nil

@@ -17,6 +17,11 @@ import (
 // (request encoding, key regexp, timestamp parsing, entry objects): a step
 // makes five reads and two writes, and that work showed in the worker's
 // profile. Everything else goes through jetstream.KeyValue.
+//
+// Reads are direct gets on a one-replica bucket and leader reads on a
+// replicated one (see leaderGet): the step path acts on what it reads
+// (a missing journal record is a model call made again), so it must read
+// every write that was acknowledged before.
 
 // entry is one read of a key: its newest message, or none.
 type entry struct {
@@ -49,9 +54,12 @@ const (
 )
 
 // getLast reads the newest message on any key matching filter (wildcards
-// allowed) with one direct get, and returns its subject. It needs direct
-// gets (s.directGet set).
+// allowed) and returns its subject: one direct get when the bucket allows
+// them (s.directGet set), otherwise one leader read.
 func (s *Store) getLast(ctx context.Context, filter string) (string, entry, error) {
+	if s.directGet == "" {
+		return s.leaderGet(ctx, filter)
+	}
 	msg, err := s.nc.RequestWithContext(ctx, s.directGet+filter, nil)
 	if err != nil {
 		return "", entry{}, fmt.Errorf("read newest of %s: %w", filter, err)
@@ -63,18 +71,12 @@ func (s *Store) getLast(ctx context.Context, filter string) (string, entry, erro
 	return msg.Header.Get(hdrSubject), e, nil
 }
 
-// get reads key with one direct get. When the bucket's stream does not
-// allow direct gets it goes through the KV client instead.
+// get reads key: one direct get when the bucket allows them, otherwise
+// one leader read.
 func (s *Store) get(ctx context.Context, key string) (entry, error) {
 	if s.directGet == "" {
-		e, err := s.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return entry{}, nil
-		}
-		if err != nil {
-			return entry{}, err
-		}
-		return entry{value: e.Value(), rev: e.Revision(), found: true}, nil
+		_, e, err := s.leaderGet(ctx, key)
+		return e, err
 	}
 	msg, err := s.nc.RequestWithContext(ctx, s.directGet+key, nil)
 	if err != nil {
@@ -85,6 +87,67 @@ func (s *Store) get(ctx context.Context, key string) (entry, error) {
 		return entry{}, fmt.Errorf("read %s: %w", key, err)
 	}
 	return e, nil
+}
+
+// msgGetReply is the JetStream API's answer to STREAM.MSG.GET.
+type msgGetReply struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Header  []byte `json:"hdrs,omitempty"`
+		Data    []byte `json:"data,omitempty"`
+	} `json:"message,omitempty"`
+}
+
+// leaderGet reads the newest message on any key matching filter with
+// STREAM.MSG.GET, which only the stream's leader answers, and only once
+// it has applied every write it acknowledged (nats-server: the request
+// handler checks the raft node's leader state, which a new leader takes
+// once it has processed its log up to the commit index). A direct get is
+// answered by any replica, followers included, and a follower can lag
+// the writes its leader acknowledged. On a one-replica stream the two
+// read the same store.
+func (s *Store) leaderGet(ctx context.Context, filter string) (string, entry, error) {
+	fail := func(err error) (string, entry, error) {
+		return "", entry{}, fmt.Errorf("read newest of %s: %w", filter, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{s.subjects + filter})
+	if err != nil {
+		return fail(err)
+	}
+	msg, err := s.nc.RequestWithContext(ctx, s.msgGet, req)
+	if err != nil {
+		return fail(err)
+	}
+	var reply msgGetReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return fail(fmt.Errorf("decode reply %q: %w", msg.Data, err))
+	}
+	switch m := reply.Message; {
+	case reply.Error != nil && reply.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return "", entry{}, nil
+	case reply.Error != nil:
+		return fail(reply.Error)
+	case m == nil || m.Seq == 0:
+		return fail(fmt.Errorf("reply without a message: %q", msg.Data))
+	case len(m.Header) > 0:
+		h, err := nats.DecodeHeadersMsg(m.Header)
+		if err != nil {
+			return fail(fmt.Errorf("headers of seq %d: %w", m.Seq, err))
+		}
+		if h.Get(hdrOperation) != "" || h.Get(hdrMarker) != "" {
+			return m.Subject, entry{rev: m.Seq}, nil
+		}
+	}
+	return reply.Message.Subject, entry{value: reply.Message.Data, rev: reply.Message.Seq, found: true}, nil
 }
 
 // directEntry reads a direct get's reply.

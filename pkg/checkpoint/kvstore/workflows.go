@@ -95,17 +95,6 @@ func (c *workflowCache) put(seq uint64, list []checkpoint.WorkflowInfo) {
 	c.valid, c.seq, c.list = true, seq, slices.Clone(list)
 }
 
-// msgGetReply is the part of a STREAM.MSG.GET reply lastSeq reads.
-type msgGetReply struct {
-	Error   *jetstream.APIError `json:"error,omitempty"`
-	Message *struct {
-		Seq uint64 `json:"seq"`
-	} `json:"message,omitempty"`
-}
-
-// codeNoMessage is JSNoMessageFoundErr.
-const codeNoMessage jetstream.ErrorCode = 10037
-
 // lastSeq returns the stream sequence of the newest message on any key
 // matching filter (a delete marker included), 0 when there is none. The
 // KV API has no such read; STREAM.MSG.GET answers it for a wildcard.
@@ -126,7 +115,7 @@ func (s *Store) lastSeq(ctx context.Context, filter string) (uint64, error) {
 		return 0, fmt.Errorf("decode message get reply: %w", err)
 	}
 	switch {
-	case reply.Error != nil && reply.Error.ErrorCode == codeNoMessage:
+	case reply.Error != nil && reply.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return 0, nil
 	case reply.Error != nil:
 		return 0, reply.Error

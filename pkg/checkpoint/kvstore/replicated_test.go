@@ -1,0 +1,173 @@
+package kvstore_test
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
+	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startCluster starts a three-server JetStream cluster on loopback and
+// returns a connection to its first server once JetStream answers.
+func startCluster(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs an embedded nats-server cluster")
+	}
+	const size = 3
+	ports := make([]int, size)
+	var routes []*url.URL
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
+	}
+	var first *server.Server
+	for i := range size {
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "kvstore-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("nats-server not ready")
+		}
+		if first == nil {
+			first = s
+		}
+	}
+	nc, err := nats.Connect(first.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "a JetStream meta leader", func() bool {
+		_, err := js.AccountInfo(testCtx(t))
+		return err == nil
+	})
+	return nc, js
+}
+
+// count counts the messages published on subject (a spy next to the
+// server's own subscription).
+func count(t *testing.T, nc *nats.Conn, subject string) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	sub, err := nc.Subscribe(subject, func(*nats.Msg) { n.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// TestReplicated runs on one three-server cluster (its start is the slow
+// part).
+func TestReplicated(t *testing.T) {
+	nc, js := startCluster(t)
+	t.Run("ReadsFromLeader", func(t *testing.T) { testReadsFromLeader(t, nc, js) })
+	t.Run("Conformance", func(t *testing.T) { testConformanceReplicated(t, js) })
+}
+
+// On a replicated bucket every read of the step path goes to the stream
+// leader (STREAM.MSG.GET), never as a direct get, which a lagging
+// follower may answer; a one-replica bucket keeps its direct gets.
+func testReadsFromLeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
+	ctx := testCtx(t)
+	for _, replicas := range []int{3, 1} {
+		bucket := uniqueBucket()
+		s, err := kvstore.New(ctx, js, kvstore.Options{Bucket: bucket, Replicas: replicas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		direct := count(t, nc, "$JS.API.DIRECT.GET.KV_"+bucket+".>")
+		leader := count(t, nc, "$JS.API.STREAM.MSG.GET.KV_"+bucket)
+
+		run, err := s.CreateRun(ctx, checkpoint.Run{ID: "r", Status: checkpoint.StatusRunning, Step: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RecordCall(ctx, "r", 1, checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h", Result: []byte(`1`)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RecordFailure(ctx, "r", 1, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := s.Load(ctx, "r", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Run.Rev != run.Rev || len(snap.Journal) != 1 || len(snap.Failures) != 1 || snap.Current != nil {
+			t.Fatalf("R%d Load(1) = run rev %d (want %d), %d calls, %d failures, current %+v",
+				replicas, snap.Run.Rev, run.Rev, len(snap.Journal), len(snap.Failures), snap.Current)
+		}
+		next, cp := step1(run, "a")
+		if _, err := s.Commit(ctx, next, cp); err != nil {
+			t.Fatal(err)
+		}
+		next, cp = step1(run, "b")
+		if _, err := s.Commit(ctx, next, cp); err == nil {
+			t.Fatalf("R%d: second Commit of step 1 succeeded", replicas)
+		}
+		snap, err = s.Load(ctx, "r", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Run.Step != 2 || snap.Previous == nil || string(snap.Previous.State) != `{"by":"a"}` {
+			t.Fatalf("R%d Load(2) = run at %d, previous %+v", replicas, snap.Run.Step, snap.Previous)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		d, l := direct.Load(), leader.Load()
+		t.Logf("R%d: %d direct gets, %d leader reads", replicas, d, l)
+		switch {
+		case replicas > 1 && (d != 0 || l == 0):
+			t.Fatalf("R%d bucket: %d direct gets, %d leader reads; want leader reads only", replicas, d, l)
+		case replicas == 1 && d == 0:
+			t.Fatalf("R1 bucket: no direct gets (%d leader reads); want the direct path kept", l)
+		}
+	}
+}
+
+// The whole conformance suite on a three-replica bucket: the leader
+// reads must say everything the direct gets say.
+func testConformanceReplicated(t *testing.T, js jetstream.JetStream) {
+	checkpointtest.RunWith(t, checkpointtest.Options{CheckpointFirst: true}, func(t *testing.T) checkpoint.Store {
+		s, err := kvstore.New(testCtx(t), js, kvstore.Options{Bucket: uniqueBucket(), Replicas: 3})
+		if err != nil {
+			t.Fatalf("kvstore.New: %v", err)
+		}
+		return s
+	})
+}
