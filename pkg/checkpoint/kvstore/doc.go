@@ -5,37 +5,64 @@
 // keys; a run's revision is its key's KV revision.
 //
 // Commit is two ordinary writes, not one transaction: the checkpoint key,
-// create-only (the first writer of a step wins, a loser writes nothing and
-// gets checkpoint.ErrCheckpointExists), then the run, compare-and-set on
-// the caller's revision. A run therefore never moves before its
-// checkpoint is stored; a crash between the writes leaves a run that lags
-// its checkpoint, which the worker rolls forward when the step is
-// delivered again. When the run changed between the caller's read and the
-// second write, the checkpoint is stored all the same and is the step's
-// result: a run still running at that step is moved onto it (keeping what
-// the other writer recorded, such as an audit entry) and Commit succeeds;
-// a run already rolled forward onto it makes Commit succeed as well; a run
-// that went elsewhere (cancelled, parked, dead) is left alone and Commit
-// returns checkpoint.ErrConflict. The run record is the truth: such a
-// checkpoint shows in Load and Checkpoints (and `durable runs show`) as
-// work done for a step the run did not take. It stays step n's result: if
-// the run comes back to step n (a redrive of a dead run, a parked run
-// resumed by a decision), the worker finds the step done and rolls the run
-// forward onto it instead of running the step again. Strict stores (Redis)
-// write nothing on ErrConflict; the conformance suite runs this store with
-// checkpointtest.Options{CheckpointFirst: true}.
+// then the run, compare-and-set on the caller's revision. A run therefore
+// never moves before its checkpoint is stored; a crash between the writes
+// leaves a run that lags its checkpoint, which the worker rolls forward
+// when the step is delivered again.
+//
+// Every checkpoint carries its generation, Checkpoint.Gen: the run's
+// Resumes when its attempt read the run. A decision on a parked run
+// resumes it at the same step one generation later, so an attempt that
+// began before the run parked at step n carries an older generation than
+// the run it would move. The rules, all checked against the stored
+// records:
+//
+//   - Checkpoint n is create-only within a generation: a commit that finds
+//     one of its own generation or a later one writes nothing and gets
+//     checkpoint.ErrCheckpointExists. One of an earlier generation is the
+//     result of an attempt that no run adopted (below); the commit writes
+//     over it, compare-and-set on its revision, so of several resumed
+//     attempts exactly one does. A key's generation only grows.
+//   - When the run write loses (the run changed since the caller read it),
+//     the run record decides. Running at step n with Resumes equal to the
+//     checkpoint's Gen: the commit's cursor fields are set on it (keeping
+//     what the other writer recorded, such as an audit entry) and Commit
+//     succeeds; already moved past n in that generation (a reader rolled
+//     it forward onto the checkpoint): Commit succeeds with it. Anything
+//     else is checkpoint.ErrConflict and the run is left alone: another
+//     generation (the run parked at n, or was decided and resumed: a
+//     rejected run never walks past its rejection), or cancelled, or dead.
+//   - The checkpoint of a commit that got ErrConflict stays. It is step n's
+//     result only for a run at step n in its generation: a dead run
+//     redriven at n (the worker rolls forward onto it instead of running
+//     the step again), never a run resumed by a decision, whose step runs
+//     again and replaces it. Load returns it as Snapshot.Current either
+//     way; the worker takes it only when its Gen is the run's Resumes.
+//     Strict stores (Redis) write nothing on ErrConflict; the conformance
+//     suite runs this store with checkpointtest.Options{CheckpointFirst:
+//     true}.
+//
+// Checkpoint keys are never deleted, not even after a commit to a run
+// that does not exist (a caller bug: ErrNotFound): a KV create succeeds
+// over a delete marker, so a removal would reopen the key to a second,
+// different result, should the read that found no run be wrong. Run ids
+// are never reused.
 //
 // Load reads the run and, at the same time, the newest of the run's step
-// keys (a direct get by wildcard subject): on a step's first attempt
-// that one read says checkpoint n-1 is the latest and step n has nothing
-// yet. Retries and replays read each key. Workflows, which every run start
-// calls, keeps the list and reads it again only when the newest workflow
-// key moved.
+// keys (by wildcard subject): on a step's first attempt that one read
+// says checkpoint n-1 is the latest and step n has nothing yet (a
+// checkpoint rewritten for a later generation is its key's newest
+// message, and the run only reaches step n over it). Retries and replays
+// read each key. Workflows, which every run start calls, keeps the list
+// and reads it again only when the newest workflow key moved.
 //
-// Checkpoint keys are never deleted while their run exists: a KV create
-// succeeds over a delete marker, which would let a replay commit a step
-// twice. The one exception is a commit to a run that does not exist (a
-// caller bug), whose checkpoint is removed again.
+// Reads on a one-replica bucket are direct gets. On a replicated bucket
+// they are leader reads (STREAM.MSG.GET, which only the stream leader
+// answers, once it has applied what it acknowledged): any replica
+// answers a direct get, and a follower can lag, which would make a
+// retry miss a journalled model call or a checkpoint. Do not give the
+// bucket a mirror with mirror_direct: a mirror answers the bucket's
+// direct gets too.
 //
 //	nc, err := nats.Connect(os.Getenv("DURABLE_NATS_URL"))
 //	if err != nil {
