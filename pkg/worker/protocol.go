@@ -54,8 +54,8 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		if err != nil {
 			return run, err
 		}
-		if run.Status != checkpoint.StatusRunning || run.Step != cp.Step {
-			return run, nil // it moved on meanwhile
+		if run.Status != checkpoint.StatusRunning || run.Step != cp.Step || run.Resumes != cp.Gen {
+			return run, nil // it moved on meanwhile (or parked and was decided since)
 		}
 		next := run
 		next.UpdatedAt = time.Now().UTC()
