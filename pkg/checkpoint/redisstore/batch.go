@@ -34,10 +34,13 @@ const (
 	maxPipeline = 256
 )
 
+// scriptCall is a script (script, keys, args) or a transaction of plain
+// commands (multi), and its reply: the script's, or EXEC's array.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	multi  [][]any
 	cmd    *redis.Cmd
 	done   chan struct{}
 }
@@ -45,7 +48,17 @@ type scriptCall struct {
 // run evaluates script like script.Run, sharing a pipeline with the calls
 // made at the same time. The reply is read from the returned command.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	return b.do(ctx, &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})})
+}
+
+// tx runs commands as one MULTI/EXEC transaction, sharing a pipeline with
+// the calls made at the same time. The reply is EXEC's array. Only for a
+// single-node client: a cluster client routes MULTI and EXEC by no key.
+func (b *batcher) tx(ctx context.Context, commands ...[]any) *redis.Cmd {
+	return b.do(ctx, &scriptCall{multi: commands, done: make(chan struct{})})
+}
+
+func (b *batcher) do(ctx context.Context, c *scriptCall) *redis.Cmd {
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if b.flushing >= maxFlushes {
@@ -54,7 +67,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		case <-c.done:
 			return c.cmd
 		case <-ctx.Done():
-			// The script may still run; the caller treats this like a
+			// The call may still run; the caller treats this like a
 			// timeout on the wire.
 			cmd := redis.NewCmd(ctx)
 			cmd.SetErr(ctx.Err())
@@ -98,11 +111,12 @@ func (b *batcher) next() {
 	}()
 }
 
-// flush sends batch as one pipeline of EVALSHAs. A script Redis does not
-// know (after a restart or SCRIPT FLUSH) is sent again with its source.
+// flush sends batch as one pipeline of EVALSHAs and transactions. A
+// script Redis does not know (after a restart or SCRIPT FLUSH) is sent
+// again with its source.
 func (b *batcher) flush(batch []*scriptCall) {
 	ctx := context.Background()
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].script != nil {
 		c := batch[0]
 		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
 		close(c.done)
@@ -110,11 +124,19 @@ func (b *batcher) flush(batch []*scriptCall) {
 	}
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		if c.script != nil {
+			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			continue
+		}
+		pipe.Do(ctx, "MULTI")
+		for _, args := range c.multi {
+			pipe.Do(ctx, args...)
+		}
+		c.cmd = pipe.Do(ctx, "EXEC")
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for _, c := range batch {
-		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if err := c.cmd.Err(); err != nil && c.script != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
 		}
 		close(c.done)

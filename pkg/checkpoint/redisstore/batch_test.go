@@ -69,18 +69,18 @@ func TestConcurrentStepsShareRoundTrips(t *testing.T) {
 			t.Errorf("run %s at step %d (%v), want 2", id, run.Step, err)
 		}
 	}
-	// Redis counts each script of a pipeline as a call, and each batch of
-	// bytes it reads from a connection as one read event: one call per
-	// read without pipelining.
+	// Redis counts each script and transaction of a pipeline as a call,
+	// and each batch of bytes it reads from a connection as one read
+	// event: one call per read without pipelining.
 	calls1, reads1 := serverStats(t, client)
 	calls, reads := calls1-calls0, reads1-reads0
 	if calls < 4*runs {
-		t.Errorf("%d script calls reached Redis, want at least %d", calls, 4*runs)
+		t.Errorf("%d scripts and transactions reached Redis, want at least %d", calls, 4*runs)
 	}
 	if reads >= calls {
-		t.Errorf("%d script calls came in %d reads: not pipelined", calls, reads)
+		t.Errorf("%d scripts and transactions came in %d reads: not pipelined", calls, reads)
 	}
-	t.Logf("%d script calls in %d reads", calls, reads)
+	t.Logf("%d scripts and transactions in %d reads", calls, reads)
 }
 
 // A Redis that forgot its scripts (restart, SCRIPT FLUSH) answers NOSCRIPT
@@ -136,8 +136,8 @@ func TestCancelledCallReturnsContextError(t *testing.T) {
 	wg.Wait()
 }
 
-// serverStats reads how many scripts (EVAL and EVALSHA) Redis has run and
-// how many read events it has processed.
+// serverStats reads how many scripts (EVAL and EVALSHA) and transactions
+// (EXEC) Redis has run and how many read events it has processed.
 func serverStats(t *testing.T, client *redis.Client) (calls, reads int) {
 	t.Helper()
 	info, err := client.Info(context.Background(), "commandstats", "stats").Result()
@@ -146,7 +146,7 @@ func serverStats(t *testing.T, client *redis.Client) (calls, reads int) {
 	}
 	for _, line := range strings.Split(info, "\r\n") {
 		switch {
-		case strings.HasPrefix(line, "cmdstat_evalsha:calls="), strings.HasPrefix(line, "cmdstat_eval:calls="):
+		case strings.HasPrefix(line, "cmdstat_evalsha:calls="), strings.HasPrefix(line, "cmdstat_eval:calls="), strings.HasPrefix(line, "cmdstat_exec:calls="):
 			v := strings.SplitN(strings.SplitN(line, "calls=", 2)[1], ",", 2)[0]
 			n, err := strconv.Atoi(v)
 			if err != nil {

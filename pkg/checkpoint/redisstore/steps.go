@@ -60,11 +60,17 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
-	keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n), s.failuresKey(id, n)}
-	if n > 1 {
-		keys = append(keys, s.cpKey(id, n-1))
+	var res []any
+	var err error
+	if s.single {
+		res, err = s.loadTx(ctx, id, n)
+	} else {
+		keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n), s.failuresKey(id, n)}
+		if n > 1 {
+			keys = append(keys, s.cpKey(id, n-1))
+		}
+		res, err = s.batch.run(ctx, loadScript, keys).Slice()
 	}
-	res, err := s.batch.run(ctx, loadScript, keys).Slice()
 	if errors.Is(err, redis.Nil) {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, checkpoint.ErrNotFound)
 	}
@@ -76,6 +82,55 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
 	return snap, nil
+}
+
+// loadTx reads what loadScript reads as one MULTI/EXEC transaction of
+// plain commands: the same consistent read, without the cost of a Lua
+// call (about 10µs of Redis CPU each, the largest part of a step's).
+// Its reply has loadScript's shape.
+func (s *Store) loadTx(ctx context.Context, id string, n int) ([]any, error) {
+	prev := []any{"EXISTS", s.cpKey(id, n-1)} // a placeholder for step 1
+	if n > 1 {
+		prev = []any{"GET", s.cpKey(id, n-1)}
+	}
+	res, err := s.batch.tx(ctx,
+		[]any{"HMGET", s.runKey(id), "doc", "rev"},
+		[]any{"GET", s.cpKey(id, n)},
+		[]any{"HGETALL", s.journalKey(id, n)},
+		prev,
+		[]any{"LRANGE", s.failuresKey(id, n), 0, -1},
+	).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 5 {
+		return nil, fmt.Errorf("unexpected reply of %d elements", len(res))
+	}
+	run, ok := res[0].([]any)
+	if !ok || len(run) != 2 {
+		return nil, fmt.Errorf("unexpected run reply %T", res[0])
+	}
+	if run[0] == nil {
+		return nil, redis.Nil
+	}
+	if n == 1 {
+		res[3] = nil
+	}
+	return []any{run[0], run[1], res[1], flatten(res[2]), res[3], res[4]}, nil
+}
+
+// flatten turns a RESP3 map reply (HGETALL) into the flat field, value
+// array a RESP2 server or a script returns.
+func flatten(v any) any {
+	m, ok := v.(map[any]any)
+	if !ok {
+		return v
+	}
+	out := make([]any, 0, 2*len(m))
+	for k, val := range m {
+		out = append(out, k, val)
+	}
+	return out
 }
 
 func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {

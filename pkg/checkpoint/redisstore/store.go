@@ -34,6 +34,9 @@ type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
 	batch  *batcher // Load and Commit, the scripts of every step
+	// single: one Redis node (not a Cluster client), where Load reads in a
+	// MULTI/EXEC transaction instead of a script.
+	single bool
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -47,7 +50,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 	if strings.ContainsAny(opts.Prefix, "{}") {
 		panic(fmt.Sprintf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix))
 	}
-	return &Store{rdb: client, prefix: opts.Prefix, batch: &batcher{rdb: client}}
+	_, single := client.(*redis.Client)
+	return &Store{rdb: client, prefix: opts.Prefix, batch: &batcher{rdb: client}, single: single}
 }
 
 func checkID(id string) error {
