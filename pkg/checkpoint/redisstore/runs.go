@@ -30,7 +30,7 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	res, err := createScript.Run(ctx, s.rdb, []string{s.runKey(run.ID)}, doc).Result()
+	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, doc).Result()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
@@ -135,7 +135,7 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
-	rev, err := updateScript.Run(ctx, s.rdb, []string{s.runKey(run.ID)},
+	rev, err := s.batch.run(ctx, updateScript, []string{s.runKey(run.ID)},
 		strconv.FormatUint(run.Rev, 10), doc).Int64()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)

@@ -284,7 +284,7 @@ func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint
 	if err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
 	}
-	stored, err := recordScript.Run(ctx, s.rdb, []string{s.journalKey(id, n)}, rec.Name, doc).Text()
+	stored, err := s.batch.run(ctx, recordScript, []string{s.journalKey(id, n)}, rec.Name, doc).Text()
 	if err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
 	}

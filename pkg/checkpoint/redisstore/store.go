@@ -33,7 +33,7 @@ type Options struct {
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
-	batch  *batcher // Load and Commit, the scripts of every step
+	batch  *batcher // the scripts and transactions of the step path
 	// single: one Redis node (not a Cluster client), where Load reads in a
 	// MULTI/EXEC transaction instead of a script.
 	single bool
