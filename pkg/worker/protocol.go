@@ -147,8 +147,16 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 
 func (w *Worker) step(ctx context.Context, d *delivery) {
 	m := d.m
-	// 1. Load run R and checkpoints n, n-1 and the journal of n.
-	snap, err := w.cfg.Store.Load(ctx, m.RunID, m.Step)
+	// 1. Load run R and checkpoints n, n-1 and the journal of n, unless
+	// this worker committed n-1 and this is the first delivery of the
+	// message it published then (sticky.go).
+	snap, sticky := w.sticky.take(m.RunID, d.msg.Headers().Get(jetstream.MsgIDHeader), d.attempt)
+	var err error
+	if sticky {
+		w.c.sticky.Add(1)
+	} else {
+		snap, err = w.cfg.Store.Load(ctx, m.RunID, m.Step)
+	}
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		// A replica may not have the run yet: retry a few times first.
 		if d.attempt < aheadRetries {
@@ -337,7 +345,13 @@ func outcomeOf(s checkpoint.Status) string {
 func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
 	if run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
 		next := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-		if err := queue.PublishStep(ctx, w.cfg.JetStream, next, queue.MsgID(run.ID, run.Step)); err != nil {
+		id := queue.MsgID(run.ID, run.Step)
+		if outcome == "committed" {
+			// This worker's own commit: what the store holds is known.
+			w.sticky.put(id, run, cp)
+		}
+		if err := queue.PublishStep(ctx, w.cfg.JetStream, next, id); err != nil {
+			w.sticky.drop(run.ID)
 			w.retryTransient(d, "publish next", err)
 			return
 		}

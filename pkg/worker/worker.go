@@ -71,10 +71,11 @@ type Stats struct {
 	Dead        int64 // runs sent to the dead letters
 	Malformed   int64 // undecodable messages, terminated
 	Errors      int64 // transient errors (store or publish), released for redelivery
+	Sticky      int64 // steps started from the state this worker committed, without a load (sticky.go)
 }
 
 type counters struct {
-	committed, replayed, republished, stale, lost, parked, retried, dead, malformed, errors atomic.Int64
+	committed, replayed, republished, stale, lost, parked, retried, dead, malformed, errors, sticky atomic.Int64
 }
 
 // Worker executes steps. Create with New, start with Run.
@@ -87,6 +88,7 @@ type Worker struct {
 	faults    *faults.Injector
 	c         counters
 	sem       chan struct{}
+	sticky    *sticky
 }
 
 // New validates cfg and returns a worker.
@@ -126,7 +128,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 10 * time.Minute
 	}
-	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3}
+	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes)}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {
@@ -140,7 +142,7 @@ func (w *Worker) Stats() Stats {
 	return Stats{
 		Committed: w.c.committed.Load(), Replayed: w.c.replayed.Load(), Republished: w.c.republished.Load(),
 		Stale: w.c.stale.Load(), Lost: w.c.lost.Load(), Parked: w.c.parked.Load(), Retried: w.c.retried.Load(),
-		Dead: w.c.dead.Load(), Malformed: w.c.malformed.Load(), Errors: w.c.errors.Load(),
+		Dead: w.c.dead.Load(), Malformed: w.c.malformed.Load(), Errors: w.c.errors.Load(), Sticky: w.c.sticky.Load(),
 	}
 }
 

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
