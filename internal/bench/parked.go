@@ -492,7 +492,7 @@ func (p *ParkedResult) writeText(b *strings.Builder) error {
 		"RSS without the executable's pages (RssAnon) %.1f -> %.1f MiB; in-use heap %.1f -> %.1f MiB, %.1f bytes per parked run.\n"+
 		"Redis: INFO used_memory grew %.1f MiB.\n"+
 		"the sweep is %d `durable scheduler` with its defaults (batch %d, interval %gs), started once every TTL had passed, worker stopped;\n"+
-		"timed from its start (a sweep at once, then one per tick; its repair pass runs beside them) until it had expired all %d; %d errors.\n"+
+		"timed from its start (a sweep at once, then one per tick; its repair passes start 30 s later) until it had expired all %d; %d errors.\n"+
 		"verified: the worker parked all %d (and the warm-up), and in the store after the sweep %d no longer wait, each rejected by the scheduler.\n\n",
 		p.WorkerRSSColdMiB, parkWarmupRuns, p.WorkerRSSParkedNoGCMiB, p.WorkerPeakRSSMiB,
 		p.WorkerAnonIdleMiB, p.WorkerAnonParkedMiB, p.WorkerHeapIdleMiB, p.WorkerHeapParkedMiB, p.WorkerHeapBytesPerRun, mib(p.RedisUsedMemoryDeltaBytes),

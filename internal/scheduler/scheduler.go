@@ -32,7 +32,8 @@ type Config struct {
 	// scheduler died is claimed again after it. Default 30s.
 	Lease time.Duration
 	// RepairInterval between passes over the run records that repair the
-	// deadline index and re-publish stuck runs. Default 30s.
+	// deadline index and re-publish stuck runs; the first one runs one
+	// interval after the start. Default 30s.
 	RepairInterval time.Duration
 	// StuckAfter: a running run whose record has not changed for this long
 	// gets its step message published again. Set it to a multiple of your
@@ -106,8 +107,9 @@ func (s *Scheduler) Stats() Stats {
 }
 
 // Run sweeps until ctx ends: at once, then every Interval. The repair
-// passes run beside the sweeps, so a pass over many runs never holds up
-// an expiry.
+// passes run beside the sweeps, every RepairInterval from one interval
+// after the start: a pass reads every active run, and a scheduler started
+// on a backlog of expired waits (after an outage) sweeps it first.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.log.Info().Dur("interval", s.cfg.Interval).Dur("stuck_after", s.cfg.StuckAfter).Msg("scheduler started")
 	var repairs sync.WaitGroup
@@ -117,12 +119,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		t := time.NewTicker(s.cfg.RepairInterval)
 		defer t.Stop()
 		for {
-			s.Repair(ctx)
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			s.Repair(ctx)
 		}
 	}()
 	sweep := time.NewTicker(s.cfg.Interval)
