@@ -41,9 +41,10 @@ Usage:
   durable dlq list [--json]
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable token create --file FILE --id WHO --groups G1,G2
-  durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor] [--json] [--profile DIR]
+  durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
+                [--parked N] [--only parked] [--sweep-schedulers K] [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
-  durable scheduler [--nats URL] [--redis URL] [--stuck-after D]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
