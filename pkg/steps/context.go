@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
@@ -42,6 +43,10 @@ type ContextConfig struct {
 	// is journaled: the point where a crash leaves an effect unrecorded.
 	// Used for crash injection. Optional.
 	AfterCall func(name string)
+	// BlobStore keeps the blobs of PutBlob and GetBlob. Optional: without
+	// one they fail with ErrNoBlobStore. Tests of a workflow's steps can
+	// use blob.NewMemory.
+	BlobStore blob.Store
 }
 
 // Context is what a step knows about where it runs. Calls with distinct

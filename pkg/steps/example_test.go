@@ -1,12 +1,14 @@
 package steps_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -265,4 +267,36 @@ func ExampleContext_IdempotencyKey() {
 	// Output:
 	// 1 claim-0042:step6 claim-0042:step6:fee
 	// 2 claim-0042:step6 claim-0042:step6:fee
+}
+
+func ExampleContext_PutBlob() {
+	// The state keeps a reference, never the document.
+	type Claim struct {
+		Form blob.Ref `json:"form"`
+	}
+	ctx := context.Background()
+	// The worker passes its blob store (the JetStream Object Store); tests
+	// of a workflow can use the in-memory one.
+	blobs := blob.NewMemory("DURABLE_BLOBS")
+
+	fetch := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 2, Attempt: 1, BlobStore: blobs})
+	pdf := bytes.Repeat([]byte("%PDF claim form "), 1<<16) // 1 MiB
+	ref, err := fetch.PutBlob(ctx, "claim-form.pdf", pdf)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	state, _ := json.Marshal(Claim{Form: ref})
+	fmt.Println(ref.Size, "bytes stored,", len(state) < 400, "small state")
+
+	// A later step (any worker, any day) reads the bytes back, verified
+	// against the reference's digest.
+	assess := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 3, Attempt: 1, BlobStore: blobs})
+	var c Claim
+	_ = json.Unmarshal(state, &c)
+	got, err := assess.GetBlob(ctx, c.Form)
+	fmt.Println(len(got), err, bytes.Equal(got, pdf))
+	// Output:
+	// 1048576 bytes stored, true small state
+	// 1048576 <nil> true
 }
