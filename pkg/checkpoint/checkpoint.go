@@ -423,7 +423,7 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("checkpoint %s:%d is %d bytes, over the budget of %d: keep large artefacts (documents, tool output) out of step state and store a reference to them instead", e.RunID, e.Step, e.Size, e.Max)
+	return fmt.Sprintf("checkpoint %s:%d is %d bytes, over the budget of %d: a large artefact (a document, file, screenshot or tool output) does not belong in step state: store it with PutBlob and keep the reference in the state", e.RunID, e.Step, e.Size, e.Max)
 }
 
 // Check returns whether size is over the warning level, and a *TooLargeError
