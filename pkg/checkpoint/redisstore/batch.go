@@ -34,8 +34,9 @@ const (
 	maxPipeline = 256
 )
 
-// scriptCall is a script (script, keys, args) or a transaction of plain
-// commands (multi), and its reply: the script's, or EXEC's array.
+// scriptCall is a script (script, keys, args), a transaction of plain
+// commands (multi) or one plain command (args alone), and its reply: the
+// script's, EXEC's array, or the command's.
 type scriptCall struct {
 	script *redis.Script
 	keys   []string
@@ -56,6 +57,12 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 // single-node client: a cluster client routes MULTI and EXEC by no key.
 func (b *batcher) tx(ctx context.Context, commands ...[]any) *redis.Cmd {
 	return b.do(ctx, &scriptCall{multi: commands, done: make(chan struct{})})
+}
+
+// command runs one plain command, sharing a pipeline with the calls made
+// at the same time (a Cluster client's pipeline routes it by its key).
+func (b *batcher) command(ctx context.Context, args ...any) *redis.Cmd {
+	return b.do(ctx, &scriptCall{args: args, done: make(chan struct{})})
 }
 
 func (b *batcher) do(ctx context.Context, c *scriptCall) *redis.Cmd {
@@ -124,8 +131,12 @@ func (b *batcher) flush(batch []*scriptCall) {
 	}
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
-		if c.script != nil {
+		switch {
+		case c.script != nil:
 			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			continue
+		case c.multi == nil:
+			c.cmd = pipe.Do(ctx, c.args...)
 			continue
 		}
 		pipe.Do(ctx, "MULTI")

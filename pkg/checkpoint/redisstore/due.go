@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The deadline index is one global ZSET, <prefix>:due: member run id, score
@@ -22,8 +20,7 @@ func (s *Store) IndexDue(ctx context.Context, id string, at time.Time) error {
 	if err := readID(id); err != nil {
 		return fmt.Errorf("index due: %w", err)
 	}
-	z := redis.Z{Score: float64(at.UnixMilli()), Member: id}
-	if err := s.rdb.ZAdd(ctx, s.dueKey(), z).Err(); err != nil {
+	if err := s.batch.command(ctx, "ZADD", s.dueKey(), at.UnixMilli(), id).Err(); err != nil {
 		return fmt.Errorf("index due %s: %w", id, err)
 	}
 	return nil
@@ -34,7 +31,7 @@ func (s *Store) UnindexDue(ctx context.Context, id string) error {
 	if err := readID(id); err != nil {
 		return fmt.Errorf("unindex due: %w", err)
 	}
-	if err := s.rdb.ZRem(ctx, s.dueKey(), id).Err(); err != nil {
+	if err := s.batch.command(ctx, "ZREM", s.dueKey(), id).Err(); err != nil {
 		return fmt.Errorf("unindex due %s: %w", id, err)
 	}
 	return nil

@@ -68,9 +68,12 @@ func (s *Store) GetRun(ctx context.Context, id string) (checkpoint.Run, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run: %w", err)
 	}
-	vals, err := s.rdb.HMGet(ctx, s.runKey(id), "doc", "rev").Result()
+	vals, err := s.batch.command(ctx, "HMGET", s.runKey(id), "doc", "rev").Slice()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
+	}
+	if len(vals) != 2 {
+		return checkpoint.Run{}, fmt.Errorf("get run %s: unexpected reply of %d elements", id, len(vals))
 	}
 	run, err := decodeRun(vals[0], vals[1])
 	if err != nil {
