@@ -174,6 +174,10 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	}
 	run := snap.Run
 	atCursor := run.Status == checkpoint.StatusRunning && run.Step == m.Step
+	if !sticky && d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && (run.Step == m.Step || run.Step == m.Step+1) {
+		// More deliveries than recorded failures: an earlier one died.
+		w.cfg.Metrics.Resumed(run.Workflow, run.StepName)
+	}
 	if snap.Current != nil && (!atCursor || adoptable(run, snap.Current)) {
 		// The step is done. Publish n+1 again only if the run still waits
 		// for it, so replayed old messages don't cascade.
@@ -323,6 +327,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		}
 	}
 	w.c.committed.Add(1)
+	w.reportCommit(run, cp, size, snap.Previous)
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
 	w.faults.At(run.ID, m.Step, d.attempt, faults.AfterCheckpoint)
 
@@ -451,6 +456,7 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 	switch {
 	case errors.Is(err, steps.ErrJournalMismatch) || sctx.JournalMismatch():
 		d.log.Error().Err(err).Msg("journal mismatch: the step made a recorded call with different arguments")
+		w.cfg.Metrics.JournalMismatch(run.Workflow, run.StepName)
 		w.deadLetter(ctx, d, run, err.Error())
 	case steps.IsPermanent(err):
 		w.deadLetter(ctx, d, run, err.Error())
@@ -500,6 +506,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 		return
 	}
 	w.c.dead.Add(1)
+	w.cfg.Metrics.DeadLettered(run.Workflow, run.StepName)
 	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
 	w.publishDeadLetter(ctx, d, stored)
 }
@@ -539,9 +546,45 @@ func (w *Worker) ack(d *delivery) {
 }
 
 func (w *Worker) done(workflow, step, outcome string, d *delivery) {
-	if w.cfg.Metrics != nil {
-		w.cfg.Metrics.StepDone(workflow, step, outcome, time.Since(d.start))
+	w.cfg.Metrics.StepDone(workflow, step, outcome, time.Since(d.start))
+}
+
+// reportCommit tells Metrics about checkpoint cp of size bytes that this
+// worker committed; prev is the step before's checkpoint, when loaded.
+func (w *Worker) reportCommit(run checkpoint.Run, cp checkpoint.Checkpoint, size int, prev *checkpoint.Checkpoint) {
+	growth := 0
+	if prev != nil {
+		growth = size - prev.Size()
 	}
+	w.cfg.Metrics.CheckpointCommitted(run.Workflow, cp.Name, size, growth)
+	replayed := 0
+	for _, c := range cp.Journal {
+		if c.Replayed {
+			replayed++
+		}
+	}
+	if replayed > 0 {
+		w.cfg.Metrics.CallsReplayed(run.Workflow, cp.Name, replayed)
+	}
+	for _, e := range cp.Effects {
+		if e.Replayed {
+			w.cfg.Metrics.EffectReplayed(run.Workflow, effectTool(e.Key, run.ID, cp.Step, cp.Name))
+		}
+	}
+}
+
+// effectTool names the tool of an effect key for metrics: "<name>" of
+// "<run>:step<n>:<name>", the step name for the step's own key, "other"
+// for a key of another form (never the key itself: it holds the run id).
+func effectTool(key, run string, step int, stepName string) string {
+	own := run + ":step" + strconv.Itoa(step)
+	switch {
+	case key == own:
+		return stepName
+	case strings.HasPrefix(key, own+":"):
+		return key[len(own)+1:]
+	}
+	return "other"
 }
 
 // execute runs the step body, heartbeating the delivery while it runs.

@@ -51,13 +51,51 @@ type Config struct {
 }
 
 // Metrics is the hook through which a worker reports; the Prometheus
-// adapter lives outside pkg/ so this package does not import it.
+// adapter lives outside pkg/ so this package does not import it. Methods
+// are called on the step path and must not block. Embed NopMetrics to
+// implement only some of them.
 type Metrics interface {
 	// StepDone is called once per handled delivery with its outcome:
 	// committed, parked, completed, failed, dead, retry, stale, replayed,
 	// lost (another writer won), malformed, error.
 	StepDone(workflow, step, outcome string, d time.Duration)
+	// CheckpointCommitted is called for each checkpoint this worker
+	// commits: its size in bytes (checkpoint.Checkpoint.Size) and how many
+	// bytes it grew over the step before's (negative when it shrank; 0 for
+	// step 1 or when that size is unknown).
+	CheckpointCommitted(workflow, step string, bytes, growth int)
+	// Resumed is called when a redelivery that no recorded failure of the
+	// step explains finds its run at the step (or just past it): the
+	// delivery before crashed, hung past its ack wait or lost its ack.
+	Resumed(workflow, step string)
+	// EffectReplayed is called at commit for each effect the step noted as
+	// replayed (steps.Context.Effect): the provider or the journal had
+	// seen its key. tool is the effect's name, the last part of a
+	// "<run>:step<n>:<name>" key, or the step name for "<run>:step<n>".
+	EffectReplayed(workflow, tool string)
+	// CallsReplayed is called at commit with the number of the step's
+	// calls answered from the journal instead of being made again (n > 0).
+	CallsReplayed(workflow, step string, n int)
+	// JournalMismatch is called when a step replays a journaled call with
+	// different arguments (steps.ErrJournalMismatch): a bug; the run goes
+	// to the dead letters.
+	JournalMismatch(workflow, step string)
+	// DeadLettered is called when this worker sends a run to the dead
+	// letters at step (once per run and death, not per republish).
+	DeadLettered(workflow, step string)
 }
+
+// NopMetrics reports nothing; embed it in a Metrics that implements only
+// some of the methods.
+type NopMetrics struct{}
+
+func (NopMetrics) StepDone(string, string, string, time.Duration) {}
+func (NopMetrics) CheckpointCommitted(string, string, int, int)   {}
+func (NopMetrics) Resumed(string, string)                         {}
+func (NopMetrics) EffectReplayed(string, string)                  {}
+func (NopMetrics) CallsReplayed(string, string, int)              {}
+func (NopMetrics) JournalMismatch(string, string)                 {}
+func (NopMetrics) DeadLettered(string, string)                    {}
 
 // Stats counts what a worker did since it started.
 type Stats struct {
@@ -127,6 +165,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 10 * time.Minute
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NopMetrics{}
 	}
 	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes)}
 	if cfg.Logger != nil {
