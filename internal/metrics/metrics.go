@@ -1,0 +1,149 @@
+package metrics
+
+import (
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics holds a registry and the collectors of one process. It
+// implements pkg/worker's Metrics hook.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	steps           *prometheus.CounterVec
+	stepDuration    *prometheus.HistogramVec
+	checkpointBytes *prometheus.HistogramVec
+	checkpointGrow  *prometheus.HistogramVec
+	resumes         *prometheus.CounterVec
+	effectReplays   *prometheus.CounterVec
+	callReplays     *prometheus.CounterVec
+	mismatches      *prometheus.CounterVec
+	deadLetters     *prometheus.CounterVec
+	toolReplays     *prometheus.CounterVec
+	toolConflicts   *prometheus.CounterVec
+}
+
+var (
+	defaultOnce sync.Once
+	defaultM    *Metrics
+)
+
+// Default is the process's Metrics, shared by every component a binary
+// runs (durable dev runs workers, a scheduler and the approver in one).
+func Default() *Metrics {
+	defaultOnce.Do(func() { defaultM = New() })
+	return defaultM
+}
+
+// New returns Metrics on a fresh registry holding the Go runtime and
+// process collectors too.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := factory{reg}
+	m := &Metrics{reg: reg}
+	m.steps = f.counter("durable_steps_total",
+		"Step deliveries handled by workers, by outcome: committed, completed, failed, parked, retry, dead, stale, replayed (already committed), lost (another writer won), malformed, error (transient, released for redelivery).",
+		"workflow", "step", "outcome")
+	m.stepDuration = f.histogram("durable_step_duration_seconds",
+		"Time to handle a step delivery that ran the step body (outcomes committed, completed, failed, parked, retry, dead), from delivery to ack.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		"workflow", "step")
+	m.checkpointBytes = f.histogram("durable_checkpoint_size_bytes",
+		"Size of committed checkpoints (JSON bytes).",
+		prometheus.ExponentialBuckets(256, 4, 8), // 256 B .. 4 MiB
+		"workflow", "step")
+	m.checkpointGrow = f.histogram("durable_checkpoint_growth_bytes",
+		"Bytes a committed checkpoint grew over the step before's; a shrinking checkpoint counts as 0. State that grows every step (an agent's history) shows here before it hits the budget.",
+		[]float64{0, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10},
+		"workflow", "step")
+	m.resumes = f.counter("durable_resumes_total",
+		"Steps resumed on a redelivery no recorded failure explains: the worker before crashed, hung past its ack wait or lost its ack. Divide by completed runs for the resume rate.",
+		"workflow")
+	m.effectReplays = f.counter("durable_idempotency_replays_total",
+		"Side effects whose idempotency key had been seen before (the provider answered the original result, or the journal held it), by tool: the effect's name or its step's name.",
+		"workflow", "tool")
+	m.callReplays = f.counter("durable_journal_replays_total",
+		"Calls (steps.Call) answered from the journal on a retried step instead of being made again.",
+		"workflow", "step")
+	m.mismatches = f.counter("durable_journal_mismatches_total",
+		"Journaled calls replayed with different arguments (steps.ErrJournalMismatch): the same key with another payload, a bug in the workflow. The run goes to the dead letters.",
+		"workflow", "step")
+	m.deadLetters = f.counter("durable_dead_letters_total",
+		"Runs a worker sent to the dead letters, by the step they died at.",
+		"workflow", "step")
+	m.toolReplays = f.counter("durable_tool_idempotent_replays_total",
+		"Responses of a tool's API to a keyed request that said it replayed the original result (Idempotent-Replayed: true).",
+		"tool")
+	m.toolConflicts = f.counter("durable_idempotency_conflicts_total",
+		"Requests a tool's API refused because their idempotency key was already used with a different payload (HTTP 422): a bug, never retried into success.",
+		"tool")
+	return m
+}
+
+// Registry is the registry to add collectors to (Fleet, the scheduler's).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// executed are the outcomes whose deliveries ran the step body.
+var executed = map[string]bool{"committed": true, "completed": true, "failed": true, "parked": true, "retry": true, "dead": true}
+
+// StepDone implements worker.Metrics.
+func (m *Metrics) StepDone(workflow, step, outcome string, d time.Duration) {
+	m.steps.WithLabelValues(workflow, step, outcome).Inc()
+	if executed[outcome] {
+		m.stepDuration.WithLabelValues(workflow, step).Observe(d.Seconds())
+	}
+}
+
+// CheckpointCommitted implements worker.Metrics.
+func (m *Metrics) CheckpointCommitted(workflow, step string, bytes, growth int) {
+	m.checkpointBytes.WithLabelValues(workflow, step).Observe(float64(bytes))
+	m.checkpointGrow.WithLabelValues(workflow, step).Observe(float64(max(growth, 0)))
+}
+
+// Resumed implements worker.Metrics.
+func (m *Metrics) Resumed(workflow, _ string) { m.resumes.WithLabelValues(workflow).Inc() }
+
+// EffectReplayed implements worker.Metrics.
+func (m *Metrics) EffectReplayed(workflow, tool string) {
+	m.effectReplays.WithLabelValues(workflow, tool).Inc()
+}
+
+// CallsReplayed implements worker.Metrics.
+func (m *Metrics) CallsReplayed(workflow, step string, n int) {
+	m.callReplays.WithLabelValues(workflow, step).Add(float64(n))
+}
+
+// JournalMismatch implements worker.Metrics.
+func (m *Metrics) JournalMismatch(workflow, step string) {
+	m.mismatches.WithLabelValues(workflow, step).Inc()
+}
+
+// DeadLettered implements worker.Metrics.
+func (m *Metrics) DeadLettered(workflow, step string) {
+	m.deadLetters.WithLabelValues(workflow, step).Inc()
+}
+
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counter(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}

@@ -1,0 +1,43 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/durable-run/durable/internal/scheduler"
+)
+
+// RegisterScheduler exports the counters of the scheduler stats returns
+// (read on scrape): expired waits by the action taken, repairs and errors.
+// Register once per process; stats may follow a scheduler that is
+// replaced after a reconnect.
+func (m *Metrics) RegisterScheduler(stats func() scheduler.Stats) {
+	stat := func(f func(scheduler.Stats) int64) func() float64 {
+		return func() float64 { return float64(f(stats())) }
+	}
+	for action, f := range map[string]func(scheduler.Stats) int64{
+		"rejected":  func(st scheduler.Stats) int64 { return st.Rejected },
+		"escalated": func(st scheduler.Stats) int64 { return st.Escalated },
+		"reminded":  func(st scheduler.Stats) int64 { return st.Reminded },
+		"woke":      func(st scheduler.Stats) int64 { return st.Woke },
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "durable_scheduler_expired_waits_total",
+			Help:        "Waits past their deadline the scheduler handled, by action: rejected (policy reject, or escalation and reminders used up), escalated, reminded, woke (a durable timer).",
+			ConstLabels: prometheus.Labels{"action": action},
+		}, stat(f)))
+	}
+	for kind, f := range map[string]func(scheduler.Stats) int64{
+		"stuck":   func(st scheduler.Stats) int64 { return st.Repaired },
+		"reindex": func(st scheduler.Stats) int64 { return st.Reindexed },
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "durable_scheduler_repairs_total",
+			Help:        "Repairs by the scheduler: stuck (a running run without progress got its step published again), reindex (a waiting run missing from the deadline index).",
+			ConstLabels: prometheus.Labels{"kind": kind},
+		}, stat(f)))
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "durable_scheduler_errors_total",
+		Help: "Store or publish errors of the scheduler's sweeps and repairs (retried on the next pass).",
+	}, stat(func(st scheduler.Stats) int64 { return st.Errors })))
+}
