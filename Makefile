@@ -1,6 +1,7 @@
 # durable: `make test` runs everything the CI runs, on a fresh Debian machine
-# with Go. It installs redis-server and chromium (the inbox page's browser
-# test) when they are missing and we are root.
+# with Go. It installs redis-server, chromium (the inbox page's browser
+# test) and promtool (the alert rules' tests) when they are missing and we
+# are root.
 
 GO ?= go
 # Go 1.26.8's standard library has vulnerabilities our code calls (net/http,
@@ -39,6 +40,17 @@ deps:
 		fi; \
 	fi
 	@chromium --version 2>/dev/null
+	@if ! command -v promtool >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing promtool (Debian package prometheus) with apt-get"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		else \
+			echo "promtool is missing: install it (Debian/Ubuntu: sudo apt-get install prometheus), then run make test again"; \
+			exit 1; \
+		fi; \
+	fi
+	@promtool --version 2>&1 | head -1
 
 vet:
 	$(GO) vet ./...
