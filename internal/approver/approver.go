@@ -38,6 +38,9 @@ type Config struct {
 	EventSecrets map[string]EventSystem
 	// NATS carries the approval events. Required when EventSecrets is set.
 	NATS *nats.Conn
+	// Metrics, when set, is served at GET /metrics (Prometheus; no token:
+	// it carries no run ids or payloads).
+	Metrics http.Handler
 	// EventWindow is how old an event's ts may be. Default 5 minutes; an
 	// event from more than a minute in the future is refused too.
 	EventWindow time.Duration

@@ -102,6 +102,9 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	}))
 	mux.HandleFunc("/readyz", s.method(http.MethodGet, s.handleReady))
+	if s.cfg.Metrics != nil {
+		mux.Handle("/metrics", s.cfg.Metrics)
+	}
 	mux.HandleFunc("/{$}", s.method(http.MethodGet, s.handlePage))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()

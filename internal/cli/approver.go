@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/durable-run/durable/internal/approver"
+	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
 )
@@ -21,6 +22,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 	tokenFile := fs.String("tokens", "", "token file written by `durable token create` (required)")
 	secretsFile := fs.String("event-secrets", "", `JSON file {"<system>": {"secret": "...", "groups": ["..."]}} of systems that may decide through signed events on durable.approvals.<system>`)
 	fourEyes := fs.Bool("four-eyes", false, "refuse a decision by the identity that started the run")
+	metricsAddr := fs.String("metrics", "", metricsUsage+"; /metrics is also served on --http")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -51,6 +53,12 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", *addr, err)
 	}
 	defer ln.Close()
+	m := metrics.Default()
+	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	defer waitMetrics()
 	return keepTrying(ctx, log, "approver start", func() error {
 		s, err := c.open(ctx, "durable-approver", log)
 		if err != nil {
@@ -59,7 +67,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 		defer s.Close()
 		srv, err := approver.New(approver.Config{
 			Client: client.New(s.js, s.store), Store: s.store, Tokens: set, FourEyes: *fourEyes,
-			Logger: &log, EventSecrets: systems, NATS: s.nc,
+			Logger: &log, EventSecrets: systems, NATS: s.nc, Metrics: m.Handler(),
 		})
 		if err != nil {
 			return usageError{err.Error()}

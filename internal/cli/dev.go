@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/devenv"
+	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
@@ -28,6 +29,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	// The env default is read after parsing so that -h never prints it.
 	redisURL := fs.String("redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
+	metricsAddr := fs.String("metrics", "", metricsUsage+"; /metrics is also served on --http")
 	tokenFile := fs.String("tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -61,6 +63,12 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer cancel()
 	log := newLogger(stderr, "dev")
 	useRedisLogger(log)
+	m := metrics.Default()
+	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	defer waitMetrics()
 	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
 	var wg sync.WaitGroup
 	errs := make(chan error, *workers+2)
@@ -72,7 +80,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer s.Close()
 		w, err := worker.New(worker.Config{JetStream: s.js, Store: s.store, Registry: ReferenceWorkflows(),
-			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog})
+			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog, Metrics: m})
 		if err != nil {
 			return err
 		}
@@ -95,12 +103,21 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		wg.Add(1)
+		m.RegisterScheduler(sch.Stats)
+		fleet, err := m.NewFleet(metrics.FleetConfig{Store: s.store, JetStream: s.js, Logger: &slog})
+		if err != nil {
+			return err
+		}
+		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			if err := sch.Run(ctx); err != nil {
 				errs <- err
 			}
+		}()
+		go func() {
+			defer wg.Done()
+			_ = fleet.Run(ctx)
 		}()
 	}
 	tokPath, tokNote, err := devTokens(dir, *tokenFile)
@@ -118,7 +135,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		srv, err := approver.New(approver.Config{Client: client.New(s.js, s.store), Store: s.store, Tokens: set, Logger: &alog, NATS: s.nc})
+		srv, err := approver.New(approver.Config{Client: client.New(s.js, s.store), Store: s.store, Tokens: set, Logger: &alog, NATS: s.nc, Metrics: m.Handler()})
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-run/durable/internal/examples/agentloop"
 	"github.com/durable-run/durable/internal/examples/claim"
+	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -21,7 +22,9 @@ func ReferenceWorkflows() *steps.Registry {
 		claim.New(claim.Config{
 			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),
 			ClaimsURL:   os.Getenv("DURABLE_CLAIMS_URL"),
-			HTTP:        &http.Client{Timeout: 10 * time.Second},
+			// Keyed payments are counted: provider replays and refusals
+			// of a key reused with another body.
+			HTTP: &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
 		}),
 		agentloop.New(),
 	)
@@ -36,6 +39,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 	concurrency := fs.Int("concurrency", 16, "steps run at once")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery timeout of an unacknowledged step (heartbeats extend it)")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long in-flight steps may finish (default: the ack wait)")
+	metricsAddr := fs.String("metrics", "", metricsUsage)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -46,6 +50,12 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 	log := newLogger(stderr, "worker")
 	useRedisLogger(log)
 	reg := workflows()
+	m := metrics.Default()
+	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	defer waitMetrics()
 	return keepTrying(ctx, log, "worker start", func() error {
 		s, err := c.open(ctx, "durable-worker", log)
 		if err != nil {
@@ -55,7 +65,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		w, err := worker.New(worker.Config{
 			JetStream: s.js, Store: s.store, Registry: reg,
 			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
-			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"),
+			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"), Metrics: m,
 		})
 		if err != nil {
 			return usageError{err.Error()}
@@ -63,3 +73,6 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		return w.Run(ctx)
 	})
 }
+
+// metricsUsage is the help of every long-running command's --metrics.
+const metricsUsage = "address to serve /metrics (Prometheus), /healthz and /readyz on, e.g. 127.0.0.1:9464 (default: off)"
