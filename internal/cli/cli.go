@@ -34,11 +34,14 @@ Usage:
   durable demo                        the claims scenario end to end (embedded, crashes injected)
   durable dev [--data DIR] [--nats-port 4222] [--http 127.0.0.1:8080] [--workers N] [--redis URL]
   durable start WORKFLOW --id RUN [--input JSON]
-  durable runs list [--status S] [--workflow W] [--json]
-  durable runs show RUN [--json]
+  durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
+                    [--past-ttl] [--stuck [--stuck-after 5m]] [--json]
+  durable runs show RUN [--json]      timeline: steps, attempts, effects, parks, decisions
   durable runs cancel RUN
   durable runs redrive RUN            a dead run back to its failed step
   durable dlq list [--json]
+  durable stats [--sample 1000] [--stuck-after 5m] [--json]
+                                      duplicate effects, resume rate, stuck runs, checkpoint size
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable token create --file FILE --id WHO --groups G1,G2
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
@@ -74,6 +77,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdApprove(ctx, rest, stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, rest, stdout, stderr)
+	case "stats":
+		err = cmdStats(ctx, rest, stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, rest, stdout, stderr)
 	case "bench-worker":

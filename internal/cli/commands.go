@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -91,104 +89,6 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdRunsRedrive(ctx, args[1:], stdout, stderr)
 	}
 	return usagef("runs: unknown subcommand %q (list, show, cancel, redrive)", args[0])
-}
-
-func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs list", stderr)
-	var c conn
-	c.register(fs)
-	status := fs.String("status", "", "only runs in this status (running, waiting, completed, failed, cancelled, dead)")
-	workflow := fs.String("workflow", "", "only runs of this workflow")
-	asJSON := fs.Bool("json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("runs list: unexpected argument %q", pos[0])
-	}
-	if *status != "" && !checkpoint.Status(*status).Valid() {
-		return usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
-	}
-	cl, s, err := openClient(ctx, &c, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	runs, err := cl.Store().ListRuns(ctx, checkpoint.Filter{Status: checkpoint.Status(*status), Workflow: *workflow})
-	if err != nil {
-		return err
-	}
-	sums := client.Summarize(runs)
-	if *asJSON {
-		return writeJSON(stdout, sums)
-	}
-	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tWORKFLOW\tSTATUS\tSTEP\tUPDATED")
-	for _, r := range sums {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\n", r.RunID, r.Workflow, r.Status, r.Step, r.StepName, r.UpdatedAt.Local().Format(time.DateTime))
-	}
-	return tw.Flush()
-}
-
-func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs show", stderr)
-	var c conn
-	c.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("runs show: want exactly one RUN")
-	}
-	cl, s, err := openClient(ctx, &c, stderr)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	v, err := cl.Inspect(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, v)
-	}
-	printRun(stdout, v)
-	return nil
-}
-
-func printRun(w io.Writer, v client.RunView) {
-	fmt.Fprintf(w, "run %s  workflow %s v%d  status %s  step %d %s\n", v.RunID, v.Workflow, v.Version, v.Status, v.Step, v.StepName)
-	fmt.Fprintf(w, "created %s  updated %s  resumes %d\n", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
-	if v.Error != "" {
-		fmt.Fprintf(w, "error: %s\n", v.Error)
-	}
-	if v.Wait != nil {
-		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
-			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, v.Wait.Payload)
-	}
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nSTEP\tNAME\tATTEMPT\tDURATION\tBYTES\tCALLS\tAT")
-	for _, c := range v.Checkpoints {
-		calls := fmt.Sprint(c.Calls)
-		if c.Replayed > 0 {
-			calls += fmt.Sprintf(" (%d replayed)", c.Replayed)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%.1fms\t%d\t%s\t%s\n", c.Step, c.Name, c.Attempt, c.DurationMS, c.Bytes, calls, c.At.Local().Format("15:04:05.000"))
-	}
-	_ = tw.Flush()
-	for _, e := range v.Effects {
-		fmt.Fprintf(w, "effect %s (step %d) replayed=%t\n", e.Key, e.Step, e.Replayed)
-	}
-	for _, a := range v.Approvals {
-		reason := ""
-		if a.Reason != "" {
-			reason = " reason: " + a.Reason
-		}
-		fmt.Fprintf(w, "decision %s by %s at %s via %s on step %d, payload sha256 %s%s\n", a.Decision, a.By, a.At.Local().Format(time.DateTime), a.Channel, a.Step, a.PayloadSHA256, reason)
-	}
 }
 
 func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -4,44 +4,74 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // RunView is a run with its history, as `durable runs show --json` prints it.
+// The fields named in DESIGN.md's operator contract (run_id, workflow,
+// status, step, checkpoints, approvals, effects) keep their names; others
+// are added beside them.
 type RunView struct {
-	RunID       string                `json:"run_id"`
-	Workflow    string                `json:"workflow"`
-	Version     int                   `json:"version"`
-	Status      checkpoint.Status     `json:"status"`
-	Step        int                   `json:"step"`
-	StepName    string                `json:"step_name"`
-	Input       json.RawMessage       `json:"input,omitempty"`
-	StartedBy   string                `json:"started_by,omitempty"`
-	CreatedAt   time.Time             `json:"created_at"`
-	UpdatedAt   time.Time             `json:"updated_at"`
-	Error       string                `json:"error,omitempty"`
-	Resumes     int                   `json:"resumes"`
-	Wait        *checkpoint.Wait      `json:"wait,omitempty"`
-	Checkpoints []CheckpointView      `json:"checkpoints"`
-	Approvals   []checkpoint.Approval `json:"approvals"`
-	Effects     []EffectView          `json:"effects"`
-	State       json.RawMessage       `json:"state,omitempty"`
+	RunID       string                  `json:"run_id"`
+	Workflow    string                  `json:"workflow"`
+	Version     int                     `json:"version"`
+	Status      checkpoint.Status       `json:"status"`
+	Step        int                     `json:"step"`
+	StepName    string                  `json:"step_name"`
+	Input       json.RawMessage         `json:"input,omitempty"`
+	StartedBy   string                  `json:"started_by,omitempty"`
+	CreatedAt   time.Time               `json:"created_at"`
+	UpdatedAt   time.Time               `json:"updated_at"`
+	Error       string                  `json:"error,omitempty"`
+	Resumes     int                     `json:"resumes"`
+	Redrives    int                     `json:"redrives,omitempty"`
+	Wait        *checkpoint.Wait        `json:"wait,omitempty"`
+	Checkpoints []CheckpointView        `json:"checkpoints"`
+	Approvals   []checkpoint.Approval   `json:"approvals"`
+	Effects     []EffectView            `json:"effects"`
+	Audit       []checkpoint.AuditEntry `json:"audit"`
+	// Timeline merges the checkpoints and the audit entries (parks,
+	// decisions, expiries...) in time order.
+	Timeline []TimelineEntry `json:"timeline"`
+	// Failures of the step at the cursor that has not committed yet (a
+	// running or dead run), oldest first.
+	PendingFailures []checkpoint.Failure `json:"pending_failures,omitempty"`
+	State           json.RawMessage      `json:"state,omitempty"`
 }
 
 // CheckpointView summarises one checkpoint.
 type CheckpointView struct {
-	Step       int               `json:"step"`
-	Name       string            `json:"name"`
-	Bytes      int               `json:"bytes"`
-	At         time.Time         `json:"at"`
-	Attempt    int               `json:"attempt"`
-	Next       string            `json:"next,omitempty"`
-	Status     checkpoint.Status `json:"status"`
-	DurationMS float64           `json:"duration_ms"`
-	Calls      int               `json:"calls"`
-	Replayed   int               `json:"replayed_calls"`
+	Step int    `json:"step"`
+	Name string `json:"name"`
+	// Bytes is the length of the checkpoint document as the store holds it
+	// (both stores keep json.Marshal of the checkpoint).
+	Bytes   int       `json:"bytes"`
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	// Resumed: the committing attempt was not the first delivery of the
+	// step's message. Earlier deliveries crashed, timed out, or failed (the
+	// failures the store recorded are in Failures).
+	Resumed    bool                 `json:"resumed"`
+	Gen        int                  `json:"gen,omitempty"`
+	Next       string               `json:"next,omitempty"`
+	Status     checkpoint.Status    `json:"status"`
+	DurationMS float64              `json:"duration_ms"`
+	Calls      int                  `json:"calls"`
+	Replayed   int                  `json:"replayed_calls"`
+	Journal    []CallView           `json:"journal,omitempty"`
+	Effects    []EffectView         `json:"effects,omitempty"`
+	Failures   []checkpoint.Failure `json:"failures,omitempty"`
+}
+
+// CallView is one journaled call of a step, without its result.
+type CallView struct {
+	Name       string `json:"name"`
+	ArgsSHA256 string `json:"args_sha256"`
+	Replayed   bool   `json:"replayed"`
+	Error      string `json:"error,omitempty"`
 }
 
 // EffectView is an effect with the step that performed it.
@@ -50,6 +80,20 @@ type EffectView struct {
 	Replayed bool   `json:"replayed"`
 	Step     int    `json:"step"`
 }
+
+// TimelineEntry is one event of a run: a committed step (Kind "step",
+// Checkpoint set) or an audit entry (Kind the audit kind: parked,
+// decision, expired..., Audit set).
+type TimelineEntry struct {
+	At         time.Time              `json:"at"`
+	Kind       string                 `json:"kind"`
+	Step       int                    `json:"step"`
+	Checkpoint *CheckpointView        `json:"checkpoint,omitempty"`
+	Audit      *checkpoint.AuditEntry `json:"audit,omitempty"`
+}
+
+// TimelineStep is the Kind of a timeline entry for a committed step.
+const TimelineStep = "step"
 
 // RunSummary is one line of `durable runs list --json`.
 type RunSummary struct {
@@ -61,18 +105,40 @@ type RunSummary struct {
 	CreatedAt time.Time         `json:"created_at"`
 	UpdatedAt time.Time         `json:"updated_at"`
 	Error     string            `json:"error,omitempty"`
+	Resumes   int               `json:"resumes,omitempty"`
+	// WaitDeadline is the parked run's deadline (its TTL or timer).
+	WaitDeadline *time.Time `json:"wait_deadline,omitempty"`
+	// PastTTL and Stuck are set by List (see IsPastTTL and IsStuck).
+	PastTTL bool `json:"past_ttl,omitempty"`
+	Stuck   bool `json:"stuck,omitempty"`
 }
 
 // Summarize turns runs into list lines.
 func Summarize(runs []checkpoint.Run) []RunSummary {
 	out := make([]RunSummary, 0, len(runs))
 	for _, r := range runs {
-		out = append(out, RunSummary{RunID: r.ID, Workflow: r.Workflow, Status: r.Status, Step: r.Step, StepName: r.StepName, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Error: r.Error})
+		s := RunSummary{RunID: r.ID, Workflow: r.Workflow, Status: r.Status, Step: r.Step, StepName: r.StepName, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Error: r.Error, Resumes: r.Resumes}
+		if r.Wait != nil && !r.Wait.Deadline.IsZero() {
+			d := r.Wait.Deadline
+			s.WaitDeadline = &d
+		}
+		out = append(out, s)
 	}
 	return out
 }
 
-// Inspect reads a run with its checkpoints, approvals and effects.
+// CheckpointBytes is the length of cp's document as the stores keep it.
+func CheckpointBytes(cp checkpoint.Checkpoint) int {
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return cp.Size()
+	}
+	return len(b)
+}
+
+// Inspect reads a run with its checkpoints, approvals, effects and audit,
+// and the recorded failures of every step that took more than one
+// delivery (one extra read per such step).
 func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	run, err := c.store.GetRun(ctx, id)
 	if err != nil {
@@ -86,24 +152,56 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version, Status: run.Status,
 		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy,
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt, Error: run.Error, Resumes: run.Resumes,
-		Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals, Effects: []EffectView{},
+		Redrives: run.Redrives, Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals,
+		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{},
 	}
 	if v.Approvals == nil {
 		v.Approvals = []checkpoint.Approval{}
 	}
+	if v.Audit == nil {
+		v.Audit = []checkpoint.AuditEntry{}
+	}
+	committed := map[int]bool{}
 	for _, cp := range cps {
-		b, _ := json.Marshal(cp)
-		cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: len(b), At: cp.At, Attempt: cp.Attempt, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal)}
+		committed[cp.Step] = true
+		cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: CheckpointBytes(cp), At: cp.At, Attempt: cp.Attempt,
+			Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal)}
 		for _, call := range cp.Journal {
 			if call.Replayed {
 				cv.Replayed++
 			}
+			cv.Journal = append(cv.Journal, CallView{Name: call.Name, ArgsSHA256: call.ArgsSHA256, Replayed: call.Replayed, Error: call.Error})
+		}
+		for _, e := range cp.Effects {
+			ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: cp.Step}
+			cv.Effects = append(cv.Effects, ev)
+			v.Effects = append(v.Effects, ev)
+		}
+		if cp.Attempt > 1 {
+			snap, err := c.store.Load(ctx, id, cp.Step)
+			if err != nil {
+				return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, cp.Step, err)
+			}
+			cv.Failures = snap.Failures
 		}
 		v.Checkpoints = append(v.Checkpoints, cv)
-		for _, e := range cp.Effects {
-			v.Effects = append(v.Effects, EffectView{Key: e.Key, Replayed: e.Replayed, Step: cp.Step})
-		}
 		v.State = cp.State
 	}
+	if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed[run.Step] && run.Step > 0 {
+		snap, err := c.store.Load(ctx, id, run.Step)
+		if err != nil {
+			return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, run.Step, err)
+		}
+		v.PendingFailures = snap.Failures
+	}
+	for i := range v.Checkpoints {
+		cv := &v.Checkpoints[i]
+		v.Timeline = append(v.Timeline, TimelineEntry{At: cv.At, Kind: TimelineStep, Step: cv.Step, Checkpoint: cv})
+	}
+	for i := range v.Audit {
+		a := &v.Audit[i]
+		v.Timeline = append(v.Timeline, TimelineEntry{At: a.At, Kind: a.Kind, Step: a.Step, Audit: a})
+	}
+	sort.SliceStable(v.Timeline, func(i, j int) bool { return v.Timeline[i].At.Before(v.Timeline[j].At) })
 	return v, nil
 }

@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable runs list", stderr)
+	var c conn
+	c.register(fs)
+	status := fs.String("status", "", "only runs in this status (running, waiting, completed, failed, cancelled, dead)")
+	workflow := fs.String("workflow", "", "only runs of this workflow")
+	olderThan := fs.Duration("older-than", 0, "only runs created more than this long ago (e.g. 24h)")
+	newerThan := fs.Duration("newer-than", 0, "only runs created less than this long ago (e.g. 15m)")
+	pastTTL := fs.Bool("past-ttl", false, "only waiting runs whose deadline (approval TTL or timer) has passed")
+	stuck := fs.Bool("stuck", false, "only stuck runs: running with no commit for longer than --stuck-after")
+	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "how long a running run may go without a commit before it counts as stuck (the scheduler's default)")
+	asJSON := fs.Bool("json", false, "print a JSON array")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("runs list: unexpected argument %q", pos[0])
+	}
+	if *status != "" && !checkpoint.Status(*status).Valid() {
+		return usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
+	}
+	if *stuckAfter <= 0 {
+		return usagef("runs list: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
+	}
+	f := client.ListFilter{Status: checkpoint.Status(*status), Workflow: *workflow, OlderThan: *olderThan, NewerThan: *newerThan,
+		PastTTL: *pastTTL, Stuck: *stuck, StuckAfter: *stuckAfter, Now: time.Now()}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	sums, err := cl.List(ctx, f)
+	if errors.Is(err, client.ErrBadFilter) {
+		return usagef("runs list: %v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, sums)
+	}
+	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tWORKFLOW\tSTATUS\tSTEP\tCREATED\tUPDATED\tNOTE")
+	for _, r := range sums {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d %s\t%s\t%s\t%s\n", r.RunID, r.Workflow, r.Status, r.Step, r.StepName,
+			r.CreatedAt.Local().Format(time.DateTime), r.UpdatedAt.Local().Format(time.DateTime), listNote(r, f.Now))
+	}
+	return tw.Flush()
+}
+
+func listNote(r client.RunSummary, now time.Time) string {
+	switch {
+	case r.Stuck:
+		return "stuck: no commit for " + roundDur(now.Sub(r.UpdatedAt))
+	case r.PastTTL:
+		return "past its TTL by " + roundDur(now.Sub(*r.WaitDeadline))
+	case r.WaitDeadline != nil:
+		return "deadline " + r.WaitDeadline.Local().Format(time.DateTime)
+	case r.Error != "":
+		return "error: " + cut(r.Error, 200)
+	}
+	return ""
+}
+
+func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable runs show", stderr)
+	var c conn
+	c.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("runs show: want exactly one RUN")
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	v, err := cl.Inspect(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, v)
+	}
+	printRun(stdout, v)
+	return nil
+}
+
+// printRun prints a run as a timeline: every committed step with the
+// delivery that committed it, and the waits' audit entries between them.
+func printRun(w io.Writer, v client.RunView) {
+	fmt.Fprintf(w, "run %s  workflow %s v%d  status %s  step %d %s\n", v.RunID, v.Workflow, v.Version, v.Status, v.Step, v.StepName)
+	fmt.Fprintf(w, "created %s  updated %s  resumes %d (after approval)", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
+	if v.Redrives > 0 {
+		fmt.Fprintf(w, "  redrives %d", v.Redrives)
+	}
+	if v.StartedBy != "" {
+		fmt.Fprintf(w, "  started by %s", v.StartedBy)
+	}
+	fmt.Fprintln(w)
+	if len(v.Input) > 0 {
+		fmt.Fprintf(w, "input %s\n", cut(string(v.Input), 200))
+	}
+	if v.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", v.Error)
+	}
+	if v.Wait != nil {
+		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
+			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cut(string(v.Wait.Payload), 200))
+	}
+
+	fmt.Fprintln(w, "\nTIMELINE")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tSTEP\tEVENT\tATTEMPT\tDURATION\tBYTES\tDETAIL")
+	for _, e := range v.Timeline {
+		at := e.At.Local().Format("01-02 15:04:05.000")
+		if cp := e.Checkpoint; cp != nil {
+			attempt := fmt.Sprint(cp.Attempt)
+			if cp.Resumed {
+				attempt += " resumed"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", at, cp.Step, cp.Name, attempt, fmtMS(cp.DurationMS), cp.Bytes, stepDetail(*cp))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t\t\t\t%s\n", at, e.Step, strings.ToUpper(e.Kind), auditDetail(*e.Audit))
+	}
+	_ = tw.Flush()
+	if len(v.PendingFailures) > 0 {
+		last := v.PendingFailures[len(v.PendingFailures)-1]
+		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
+			v.Step, v.StepName, len(v.PendingFailures), last.Attempt, last.At.Local().Format(time.DateTime), cut(last.Error, 200))
+	}
+
+	fmt.Fprintln(w, "\nEFFECTS")
+	if len(v.Effects) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, e := range v.Effects {
+		why := "performed by the committing attempt"
+		if e.Replayed {
+			why = "an earlier attempt had performed it; the key made the provider answer with the original result, nothing ran twice"
+		}
+		fmt.Fprintf(w, "  effect %s (step %d) replayed=%t: %s\n", e.Key, e.Step, e.Replayed, why)
+	}
+	fmt.Fprintln(w, "\nAPPROVALS")
+	if len(v.Approvals) == 0 {
+		fmt.Fprintln(w, "  none")
+	}
+	for _, a := range v.Approvals {
+		reason := ""
+		if a.Reason != "" {
+			reason = " reason: " + a.Reason
+		}
+		fmt.Fprintf(w, "  decision %s by %s at %s via %s on step %d, payload sha256 %s%s\n", a.Decision, a.By, a.At.Local().Format(time.DateTime), a.Channel, a.Step, a.PayloadSHA256, reason)
+		if len(a.Payload) > 0 {
+			fmt.Fprintf(w, "    payload seen: %s\n", cut(string(a.Payload), 200))
+		}
+	}
+	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// stepDetail says what a committed step did beyond its row: effects, calls
+// and why it took more than one delivery.
+func stepDetail(cp client.CheckpointView) string {
+	var parts []string
+	for _, e := range cp.Effects {
+		if e.Replayed {
+			parts = append(parts, "effect "+e.Key+" REPLAYED")
+		} else {
+			parts = append(parts, "effect "+e.Key)
+		}
+	}
+	if len(cp.Journal) > 0 {
+		names := make([]string, 0, len(cp.Journal))
+		for _, c := range cp.Journal {
+			n := c.Name
+			if c.Replayed {
+				n += " (replayed from the journal)"
+			}
+			names = append(names, n)
+		}
+		parts = append(parts, plural(len(names), "call", "calls")+" "+strings.Join(names, ", "))
+	}
+	if cp.Resumed {
+		earlier := cp.Attempt - 1
+		if n := len(cp.Failures); n > 0 {
+			parts = append(parts, fmt.Sprintf("after %s, last: %s", plural(n, "failed attempt", "failed attempts"), cut(cp.Failures[n-1].Error, 80)))
+			earlier -= n
+		}
+		if earlier > 0 {
+			parts = append(parts, fmt.Sprintf("after %s that left no commit and no failure record (worker crashed or its ack wait ran out)", plural(earlier, "delivery", "deliveries")))
+		}
+	}
+	if cp.Status != "" && cp.Status != checkpoint.StatusRunning {
+		parts = append(parts, "run "+string(cp.Status))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func auditDetail(a checkpoint.AuditEntry) string {
+	var parts []string
+	who := a.Decision
+	if a.By != "" {
+		who = strings.TrimSpace(who + " by " + a.By)
+	}
+	if a.Channel != "" {
+		who = strings.TrimSpace(who + " via " + a.Channel)
+	}
+	if who != "" {
+		parts = append(parts, who)
+	}
+	if a.Group != "" {
+		parts = append(parts, "group "+a.Group)
+	}
+	if a.PayloadSHA256 != "" {
+		parts = append(parts, "payload sha256 "+a.PayloadSHA256)
+	}
+	if a.Reason != "" {
+		parts = append(parts, "reason: "+cut(a.Reason, 80))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// plural is "1 call" or "n calls".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func fmtMS(ms float64) string {
+	if ms >= 1000 {
+		return fmt.Sprintf("%.2fs", ms/1000)
+	}
+	return fmt.Sprintf("%.1fms", ms)
+}
+
+func roundDur(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		return d.Round(time.Minute).String()
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+// cut shortens s to n bytes on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+func cmdStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("durable stats", stderr)
+	var c conn
+	c.register(fs)
+	sample := fs.Int("sample", client.DefaultStatsSample, "read the checkpoints of this many most recently updated runs (0 or less: all runs)")
+	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "a running run with no commit for this long is stuck (the scheduler's default)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("stats: unexpected argument %q", pos[0])
+	}
+	if *stuckAfter <= 0 {
+		return usagef("stats: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
+	}
+	if *sample <= 0 {
+		*sample = -1
+	}
+	cl, s, err := openClient(ctx, &c, stderr)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	st, err := cl.Stats(ctx, client.StatsOptions{Sample: *sample, StuckAfter: *stuckAfter})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, st)
+	}
+	printStats(stdout, st)
+	return nil
+}
+
+func printStats(w io.Writer, st client.Stats) {
+	scope := fmt.Sprintf("checkpoints of the %d most recently updated runs (%d checkpoints)", st.Sample.Runs, st.Sample.Checkpoints)
+	if st.Sample.All {
+		scope = fmt.Sprintf("checkpoints of all runs (%d checkpoints)", st.Sample.Checkpoints)
+	}
+	fmt.Fprintf(w, "durable stats at %s: %d runs; [sample] figures read the %s\n", st.At.Local().Format(time.DateTime), st.Runs, scope)
+	fmt.Fprint(w, "runs by status:")
+	for _, s := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
+		fmt.Fprintf(w, "  %s %d", s, st.ByStatus[s])
+	}
+	fmt.Fprintln(w)
+
+	d := st.Duplicates
+	fmt.Fprintln(w, "\n1. duplicate side effects")
+	fmt.Fprintf(w, "   reused effect keys   %d [sample]  keys committed by more than one checkpoint%s\n", d.ReusedKeys, examples(d.ReusedKeyExamples...))
+	fmt.Fprintf(w, "   journal mismatches   %d  dead runs whose step replayed a recorded call with other arguments\n", d.JournalMismatches)
+	fmt.Fprintf(w, "   replayed effects     %d of %d [sample]  an attempt that did not commit had made the effect; its key stopped a second execution\n", d.Replayed, d.Effects)
+	fmt.Fprintln(w, "   not measured here: an effect a provider executed twice (see the provider's own records)")
+
+	r := st.Resumes
+	fmt.Fprintln(w, "\n2. resume rate")
+	fmt.Fprintf(w, "   %.3f resumed steps per completed run [sample]: %s committed by a delivery after the first, in %s\n",
+		r.PerCompletedRun, plural(r.RedeliveredSteps, "step", "steps"), plural(r.CompletedRuns, "completed run", "completed runs"))
+	fmt.Fprintf(w, "   %.3f approval resumes per completed run (%d over %s)\n",
+		r.ApprovalResumesPerCompletedRun, r.ApprovalResumes, plural(st.ByStatus[checkpoint.StatusCompleted], "completed run", "completed runs"))
+
+	fmt.Fprintf(w, "\n3. stuck runs (running, no commit for more than %s)\n", st.Stuck.After)
+	fmt.Fprintf(w, "   %d", st.Stuck.Count)
+	if st.Stuck.OldestRun != "" {
+		fmt.Fprintf(w, "; oldest %s, no commit since %s%s", st.Stuck.OldestRun, st.Stuck.OldestSince.Local().Format(time.DateTime), examples(st.Stuck.Examples...))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "   waiting past their TTL: %d (`durable runs list --past-ttl`)\n", st.PastTTL)
+
+	c := st.Checkpoints
+	fmt.Fprintf(w, "\n4. checkpoint size [sample, %d checkpoints]\n", c.Count)
+	fmt.Fprintf(w, "   p50 %d B  p95 %d B  max %d B", c.P50Bytes, c.P95Bytes, c.MaxBytes)
+	if c.Largest != "" {
+		fmt.Fprintf(w, " (%s)", c.Largest)
+	}
+	fmt.Fprintf(w, "\n   step duration p50 %s  p95 %s\n", fmtMS(c.P50StepMS), fmtMS(c.P95StepMS))
+}
+
+func examples(xs ...string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(xs, ", ")
+}
