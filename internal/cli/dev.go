@@ -15,6 +15,7 @@ import (
 	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/tokens"
+	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -79,8 +80,12 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		defer s.Close()
+		blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+		if err != nil {
+			return fmt.Errorf("open the blob store: %w", err)
+		}
 		w, err := worker.New(worker.Config{JetStream: s.js, Store: s.store, Registry: ReferenceWorkflows(),
-			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog, Metrics: m})
+			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog, Metrics: m, Blobs: blobs})
 		if err != nil {
 			return err
 		}

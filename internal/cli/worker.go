@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/durable-run/durable/internal/examples/agentloop"
 	"github.com/durable-run/durable/internal/examples/claim"
 	"github.com/durable-run/durable/internal/metrics"
+	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -62,10 +64,14 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 			return err
 		}
 		defer s.Close()
+		blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+		if err != nil {
+			return fmt.Errorf("open the blob store (Object Store bucket DURABLE_BLOBS): %w", err)
+		}
 		w, err := worker.New(worker.Config{
 			JetStream: s.js, Store: s.store, Registry: reg,
 			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
-			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"), Metrics: m,
+			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"), Metrics: m, Blobs: blobs,
 		})
 		if err != nil {
 			return usageError{err.Error()}

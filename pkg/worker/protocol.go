@@ -256,6 +256,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		Approvals: approvalsFor(run, m.Step),
 		Heartbeat: func() { _ = d.msg.InProgress() },
 		AfterCall: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
+		BlobStore: w.cfg.Blobs,
 	})
 	began := time.Now()
 	res, err := w.execute(ctx, d, def, sctx, run.StepName, state, m.Step == 1)

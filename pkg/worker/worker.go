@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -48,6 +49,9 @@ type Config struct {
 	Crash string
 	// Metrics receives step events. Optional.
 	Metrics Metrics
+	// Blobs keeps what steps store with PutBlob. Optional: without it
+	// PutBlob and GetBlob fail with steps.ErrNoBlobStore.
+	Blobs blob.Store
 }
 
 // Metrics is the hook through which a worker reports; the Prometheus

@@ -6,6 +6,7 @@ package claim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -226,6 +227,11 @@ func (f flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Out
 		}
 		return paid{ID: pay.ID, Replayed: replayed}, nil
 	})
+	if errors.Is(err, payments.ErrConflict) {
+		// The key was used for another payout: retrying cannot fix that,
+		// and paying under another key could pay twice. A person must look.
+		return steps.Outcome[State]{}, steps.Permanent(fmt.Errorf("pay claim %s: %w", s.RunID(), err))
+	}
 	if err != nil {
 		return steps.Outcome[State]{}, fmt.Errorf("pay claim %s: %w", s.RunID(), err)
 	}

@@ -85,3 +85,54 @@ func TestClaimEditedWhileWaiting(t *testing.T) {
 		})
 	}
 }
+
+// A payout whose idempotency key was already used for another payout is
+// refused by the provider; retrying cannot change that, so the run goes
+// to the dead letters at once for a person to look, paying nothing more.
+func TestReusedPaymentKeyDeadLettersAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	pay, err := payments.Open(filepath.Join(dir, "payments.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pay.Close()
+	cls, err := claims.Open(filepath.Join(dir, "claims.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/payments/", http.StripPrefix("/payments", pay.Handler()))
+	mux.Handle("/claims/", http.StripPrefix("/claims", cls.Handler()))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	ctx := context.Background()
+	pc := &payments.Client{BaseURL: srv.URL + "/payments"}
+	// Another payout already took the key of claim-0101's payment step.
+	if _, _, err := pc.Pay(ctx, "claim-0101:step6", payments.PayRequest{RunID: "other", Claim: "other", Amount: 99, Currency: "EUR", Payee: "someone"}); err != nil {
+		t.Fatal(err)
+	}
+
+	f := testfleet.New(t, "redis")
+	wf := claim.New(claim.Config{PaymentsURL: srv.URL + "/payments", ClaimsURL: srv.URL + "/claims"})
+	f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
+	f.Start("claim", "claim-0101", "")
+	parked := f.WaitStatus("claim-0101", checkpoint.StatusWaiting, 20*time.Second)
+	if _, err := f.Client.Decide(ctx, client.Decision{RunID: "claim-0101", By: "ana", Channel: client.ChannelCLI, PayloadSHA256: parked.Wait.PayloadSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	run := f.WaitStatus("claim-0101", checkpoint.StatusDead, 20*time.Second)
+	if !strings.Contains(run.Error, "was already used with a different request body") {
+		t.Errorf("dead with %q, want the provider's conflict", run.Error)
+	}
+	snap, err := f.Store.Load(ctx, "claim-0101", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Failures) != 0 {
+		t.Errorf("%d failures recorded: the conflict was retried", len(snap.Failures))
+	}
+	list, err := pc.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Amount != 99 {
+		t.Fatalf("payments %+v (%v), want only the other payout", list, err)
+	}
+}
