@@ -33,6 +33,7 @@ const usage = `durable: durable execution for AI-agent runs
 Usage:
   durable demo                        the claims scenario end to end (embedded, crashes injected)
   durable dev [--data DIR] [--nats-port 4222] [--http 127.0.0.1:8080] [--workers N] [--redis URL]
+              [--metrics ADDR]
   durable start WORKFLOW --id RUN [--input JSON]
   durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
                     [--past-ttl] [--stuck [--stuck-after 5m]] [--json]
@@ -46,13 +47,15 @@ Usage:
   durable token create --file FILE --id WHO --groups G1,G2
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
                 [--parked N] [--only parked] [--sweep-schedulers K] [--json] [--profile DIR]
-  durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D]
-  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N]
-  durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes]
+  durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--metrics ADDR]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--metrics ADDR]
+                    [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
+  durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
 nats://127.0.0.1:4222), --redis URL (DURABLE_REDIS_URL; empty uses the
-JetStream KV store on the same NATS).
+JetStream KV store on the same NATS). --metrics ADDR serves /metrics,
+/healthz and /readyz (off by default).
 `
 
 // Main runs the durable command and returns its exit code.
