@@ -224,10 +224,10 @@ func TestScenarioMetrics(t *testing.T) {
 
 	// 5. Worker B's own counters.
 	w := scrape(t, "http://"+wAddr)
-	w.want(t, `durable_resumes_total{workflow="claim"}`, 2)                         // m-pay at 6, m-hang at 2
-	w.want(t, `durable_idempotency_replays_total{tool="pay",workflow="claim"}`, 1)  // m-pay's payment, replayed by the provider
-	w.want(t, `durable_tool_idempotent_replays_total{tool="payments"}`, 1)          // seen by the transport
-	w.want(t, `durable_idempotency_conflicts_total{tool="payments"}`, 1)            // m-conflict
+	w.want(t, `durable_resumes_total{workflow="claim"}`, 2)                        // m-pay at 6, m-hang at 2
+	w.want(t, `durable_idempotency_replays_total{tool="pay",workflow="claim"}`, 1) // m-pay's payment, replayed by the provider
+	w.want(t, `durable_tool_idempotent_replays_total{tool="payments"}`, 1)         // seen by the transport
+	w.want(t, `durable_idempotency_conflicts_total{tool="payments"}`, 1)           // m-conflict
 	w.want(t, `durable_journal_mismatches_total{step="lookup",workflow="mismatch"}`, 1)
 	w.want(t, `durable_dead_letters_total{step="lookup",workflow="mismatch"}`, 1)
 	w.want(t, `durable_steps_total{outcome="retry",step="lookup",workflow="mismatch"}`, 1)

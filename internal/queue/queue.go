@@ -162,6 +162,32 @@ func PublishEvent(ctx context.Context, js jetstream.JetStream, workflow, kind, i
 	return nil
 }
 
+// StatusEvent is published on durable.events.<workflow>.<status> whenever a
+// run's status changes (started, parked, resumed, completed, failed,
+// cancelled, dead-lettered, redriven), after the change is stored, so that
+// other systems can react without polling. One run's events are published
+// in the order of its changes (the one that resumes a run goes before the
+// resumed step's message) and Rev orders them; they are deduplicated by run
+// and revision. The run record stays the truth: an event lost with a crash
+// between the store write and the publish is not sent again.
+type StatusEvent struct {
+	RunID    string    `json:"run_id"`
+	Workflow string    `json:"workflow"`
+	Status   string    `json:"status"`
+	Step     int       `json:"step"`
+	StepName string    `json:"step_name,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Rev      uint64    `json:"rev"`
+	At       time.Time `json:"at"`
+}
+
+// PublishStatus publishes the status of run as stored at its revision.
+func PublishStatus(ctx context.Context, js jetstream.JetStream, run checkpoint.Run) error {
+	ev := StatusEvent{RunID: run.ID, Workflow: run.Workflow, Status: string(run.Status), Step: run.Step,
+		StepName: run.StepName, Error: run.Error, Rev: run.Rev, At: run.UpdatedAt}
+	return PublishEvent(ctx, js, run.Workflow, string(run.Status), run.ID+":status:"+strconv.FormatUint(run.Rev, 10), ev)
+}
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def

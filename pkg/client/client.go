@@ -102,6 +102,8 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 	case err != nil:
 		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
 	}
+	// The event goes first: the step's own events must follow it.
+	c.statusChanged(ctx, stored)
 	if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
 		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
 	}
@@ -222,6 +224,7 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 		if err != nil {
 			return run, fmt.Errorf("record decision on %s: %w", run.ID, err)
 		}
+		c.statusChanged(ctx, stored)
 		if err := c.publish(ctx, stored, resumeID(stored)); err != nil {
 			return stored, fmt.Errorf("decision recorded but the resume of step %d was not published; deciding again republishes it: %w", stored.Step, err)
 		}
@@ -264,8 +267,18 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
 		}
+		if err == nil {
+			c.statusChanged(ctx, stored)
+		}
 		return stored, err
 	}
+}
+
+// statusChanged publishes a run's new status as a lifecycle event
+// (queue.StatusEvent). Best effort: the run record is the truth, and the
+// change it reports is already stored.
+func (c *Client) statusChanged(ctx context.Context, run checkpoint.Run) {
+	_ = queue.PublishStatus(ctx, c.js, run)
 }
 
 // normalizeInput checks the run input is a JSON object and compacts it.

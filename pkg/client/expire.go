@@ -63,6 +63,9 @@ func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireRe
 		if err != nil {
 			return ExpireResult{}, fmt.Errorf("expire %s: %w", id, err)
 		}
+		if stored.Status != run.Status {
+			c.statusChanged(ctx, stored) // before the resumed step's own events
+		}
 		if err := publish(ctx, c, stored); err != nil {
 			return res, err
 		}

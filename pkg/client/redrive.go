@@ -41,6 +41,7 @@ func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, er
 		if err != nil {
 			return run, fmt.Errorf("redrive %s: %w", id, err)
 		}
+		c.statusChanged(ctx, stored) // before the redriven step's own events
 		if err := c.publish(ctx, stored, fmt.Sprintf("%s:%d:redrive%d", stored.ID, stored.Step, stored.Redrives)); err != nil {
 			return stored, fmt.Errorf("run %s set running but its step was not published; the scheduler's stuck-run repair will publish it: %w", id, err)
 		}

@@ -79,6 +79,9 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 			return stored, err
 		}
 		zerolog.Ctx(ctx).Warn().Msg("run record rolled forward to its committed checkpoint")
+		if stored.Status != checkpoint.StatusRunning {
+			w.statusChanged(ctx, stored)
+		}
 		if stored.Wait != nil && stored.Wait.Kind == checkpoint.WaitTimer {
 			if err := w.cfg.Store.IndexDue(ctx, stored.ID, stored.Wait.Deadline); err != nil {
 				zerolog.Ctx(ctx).Warn().Err(err).Msg("timer not indexed; the scheduler will repair it")
@@ -329,11 +332,22 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	}
 	w.c.committed.Add(1)
 	w.reportCommit(run, cp, size, snap.Previous)
+	if committed.Status != checkpoint.StatusRunning {
+		w.statusChanged(ctx, committed)
+	}
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
 	w.faults.At(run.ID, m.Step, d.attempt, faults.AfterCheckpoint)
 
 	// 4. Publish step n+1 and wait for the PubAck. 5. Ack n.
 	w.continueAfter(ctx, d, committed, cp, outcomeOf(cp.Status))
+}
+
+// statusChanged publishes the run's new status as a lifecycle event. A
+// failed publish is logged, not retried: the run record is the truth.
+func (w *Worker) statusChanged(ctx context.Context, run checkpoint.Run) {
+	if err := queue.PublishStatus(ctx, w.cfg.JetStream, run); err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Str("status", string(run.Status)).Msg("status event not published")
+	}
 }
 
 func outcomeOf(s checkpoint.Status) string {
@@ -431,7 +445,8 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 		Since: now, Deadline: now.Add(ttl), OnExpiry: onExpiry,
 		EscalateTo: req.EscalateTo, Reminders: req.Reminders,
 	}
-	if _, err := w.cfg.Store.UpdateRun(ctx, next); err != nil {
+	stored, err := w.cfg.Store.UpdateRun(ctx, next)
+	if err != nil {
 		if errors.Is(err, checkpoint.ErrConflict) {
 			w.c.lost.Add(1)
 			w.afterLostCommit(ctx, d)
@@ -440,6 +455,7 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 		w.retryTransient(d, "park", err)
 		return
 	}
+	w.statusChanged(ctx, stored)
 	// The deadline index is a separate write (a global key); if it is lost
 	// the scheduler's repair pass finds the waiting run and indexes it.
 	if err := w.cfg.Store.IndexDue(ctx, run.ID, next.Wait.Deadline); err != nil {
@@ -508,6 +524,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 	}
 	w.c.dead.Add(1)
 	w.cfg.Metrics.DeadLettered(run.Workflow, run.StepName)
+	w.statusChanged(ctx, stored)
 	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
 	w.publishDeadLetter(ctx, d, stored)
 }
