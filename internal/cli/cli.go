@@ -48,7 +48,7 @@ Usage:
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
                 [--parked N] [--only parked] [--sweep-schedulers K] [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--metrics ADDR]
-  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--metrics ADDR]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--blob-retention D] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/scheduler"
+	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"
 )
 
@@ -22,6 +24,7 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 	stuck := fs.Duration("stuck-after", 5*time.Minute, "re-publish the step of a running run with no progress for this long")
 	lease := fs.Duration("lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
 	parallel := fs.Int("parallel", 32, "expired waits handled at once")
+	retention := fs.Duration("blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
 	metricsAddr := fs.String("metrics", "", metricsUsage)
 	fleetEvery := fs.Duration("fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
 	stuckMin := fs.Duration("stuck-min", time.Minute, "with --metrics: least time without progress that counts a running run as stuck (the threshold is 10x its step's p95, at least this)")
@@ -38,6 +41,9 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if *parallel < 1 {
 		return usagef("scheduler: --parallel %d: want at least 1", *parallel)
+	}
+	if *retention < 0 {
+		return usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", *retention)
 	}
 	log := newLogger(stderr, "scheduler")
 	useRedisLogger(log)
@@ -67,7 +73,15 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer s.Close()
-		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Parallel: *parallel, Logger: &log})
+		cfg := scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Parallel: *parallel, Logger: &log}
+		if *retention > 0 {
+			blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+			if err != nil {
+				return fmt.Errorf("open the blob store for --blob-retention: %w", err)
+			}
+			cfg.Blobs, cfg.BlobRetention = blobs, *retention
+		}
+		sch, err := scheduler.New(cfg)
 		if err != nil {
 			return usageError{err.Error()}
 		}

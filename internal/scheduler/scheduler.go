@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 )
@@ -40,6 +41,13 @@ type Config struct {
 	// longest step time (heartbeating steps don't count as progress here).
 	// Default 5m.
 	StuckAfter time.Duration
+	// Blobs, with BlobRetention > 0, has the scheduler delete the blobs of
+	// runs that ended more than BlobRetention ago (blob.Retention), every
+	// BlobRetention/10 (at most hourly). Keep it longer than the time in
+	// which you may redrive a dead run: a redriven step cannot read blobs
+	// that are gone.
+	Blobs         blob.Store
+	BlobRetention time.Duration
 	// Logger. Default: no logs.
 	Logger *zerolog.Logger
 	// Now is the clock, for tests. Default time.Now.
@@ -49,6 +57,7 @@ type Config struct {
 // Stats counts what a scheduler did.
 type Stats struct {
 	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
+	BlobsDeleted                                                              int64
 }
 
 // Scheduler sweeps due waits and stuck runs.
@@ -57,7 +66,7 @@ type Scheduler struct {
 	log   zerolog.Logger
 	store checkpoint.Store
 	c     struct {
-		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors atomic.Int64
+		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted atomic.Int64
 	}
 }
 
@@ -66,7 +75,10 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("scheduler: Config.Client is required")
 	}
-	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Parallel < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
+	if cfg.BlobRetention > 0 && cfg.Blobs == nil {
+		return nil, errors.New("scheduler: Config.BlobRetention needs Config.Blobs")
+	}
+	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Parallel < 0 || cfg.BlobRetention < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
 		return nil, errors.New("scheduler: durations and sizes must not be negative")
 	}
 	if cfg.Interval == 0 {
@@ -102,7 +114,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{
 		Claimed: s.c.claimed.Load(), Rejected: s.c.rejected.Load(), Escalated: s.c.escalated.Load(),
 		Reminded: s.c.reminded.Load(), Woke: s.c.woke.Load(), Repaired: s.c.repaired.Load(),
-		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(),
+		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(), BlobsDeleted: s.c.blobsDeleted.Load(),
 	}
 }
 
@@ -127,6 +139,22 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.Repair(ctx)
 		}
 	}()
+	if s.cfg.BlobRetention > 0 {
+		repairs.Add(1)
+		go func() {
+			defer repairs.Done()
+			t := time.NewTicker(min(s.cfg.BlobRetention/10, time.Hour))
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				s.SweepBlobs(ctx)
+			}
+		}()
+	}
 	sweep := time.NewTicker(s.cfg.Interval)
 	defer sweep.Stop()
 	for {
@@ -209,6 +237,21 @@ func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
 	if err != nil {
 		s.c.errors.Add(1)
 		log.Warn().Err(err).Msg("update deadline index")
+	}
+}
+
+// SweepBlobs deletes the blobs of runs that ended more than BlobRetention
+// ago. Several schedulers may sweep at once: deleting a deleted object is
+// no error.
+func (s *Scheduler) SweepBlobs(ctx context.Context) {
+	res, err := blob.Retention{Blobs: s.cfg.Blobs, Runs: s.store, After: s.cfg.BlobRetention, Now: s.cfg.Now}.Sweep(ctx)
+	s.c.blobsDeleted.Add(int64(res.Objects))
+	if err != nil {
+		s.c.errors.Add(1)
+		s.log.Warn().Err(err).Msg("blob retention")
+	}
+	if res.Objects > 0 {
+		s.log.Info().Int("runs", res.Runs).Int("objects", res.Objects).Int64("bytes", res.Bytes).Msg("blobs of ended runs deleted")
 	}
 }
 
