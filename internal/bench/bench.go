@@ -255,19 +255,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	} else {
 		b.progress.linef("durable bench: %s on %s; %s", rep.Workload, strings.Join(b.Systems(), ", "), rep.describe())
 	}
-	var names []string
 	if !cfg.ParkedOnly {
-		names = b.Systems()
-	}
-	for _, name := range names {
-		res, err := b.Measure(ctx, name)
+		results, err := b.measureAll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("bench interrupted during %s: %w", name, ctx.Err())
+				return nil, fmt.Errorf("bench interrupted: %w", ctx.Err())
 			}
 			return nil, err
 		}
-		rep.Results = append(rep.Results, res)
+		rep.Results = results
 	}
 	rep.ratios()
 	// Last, so that the claims-9 phases run on servers without 100,000

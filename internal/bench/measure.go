@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -48,6 +49,113 @@ func (b *Bench) Measure(ctx context.Context, name string) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		res.StepLatencyP50MS = ms(Percentile(lat, 0.50)) / StepsPerRun
+		res.StepLatencyP99MS = ms(Percentile(lat, 0.99)) / StepsPerRun
+	}
+	tp, err := m.Throughput(ctx, b.cfg.Runs)
+	if err != nil {
+		return res, err
+	}
+	per1k := float64(tp.Steps) / 1000
+	res.WallSeconds = tp.Wall.Seconds()
+	res.StartSeconds = tp.Starts.Seconds()
+	res.ThroughputStepsPerS = tp.StepsPerS
+	res.WorkerCPUSPer1000Steps = tp.WorkerCPU.Seconds() / per1k
+	res.RedisCPUSPer1000Steps = tp.RedisCPU.Seconds() / per1k
+	res.BenchCPUSPer1000Steps = tp.BenchCPU.Seconds() / per1k
+	if rss, err := m.WorkerPeakRSS(); err == nil {
+		res.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
+	}
+	return res, nil
+}
+
+// latencyBlock is how many one-at-a-time runs of a system alternate with
+// as many of the floor's.
+const latencyBlock = 5
+
+// measureAll measures every system. The floor's worker stays up the
+// whole time and its latency runs alternate, in blocks, with each durable
+// system's, so that both see the same machine: on a shared machine the
+// floor's p50 alone moved by 1.8x between runs minutes apart. Durable's
+// systems run one after another (they share the step stream's consumer).
+func (b *Bench) measureAll(ctx context.Context) ([]Result, error) {
+	var floor *Meter
+	var floorLat []time.Duration
+	var results []Result
+	if b.systems[0].name == SystemFloor {
+		m, err := b.Open(ctx, SystemFloor)
+		if err != nil {
+			return nil, err
+		}
+		defer m.Close()
+		floor = m
+	}
+	for _, sys := range b.systems {
+		if sys.name == SystemFloor {
+			continue
+		}
+		m, err := b.Open(ctx, sys.name)
+		if err != nil {
+			return nil, err
+		}
+		var lat []time.Duration
+		alternating := ""
+		if floor != nil {
+			alternating = ", alternating with the floor's in blocks of " + strconv.Itoa(latencyBlock)
+		}
+		b.progress.begin(sys.name+" latency", b.cfg.LatencyRuns)
+		for done := 0; done < b.cfg.LatencyRuns; done += latencyBlock {
+			n := min(latencyBlock, b.cfg.LatencyRuns-done)
+			if floor != nil {
+				d, err := floor.runsOneAtATime(ctx, "latency", n, false)
+				if err != nil {
+					m.Close()
+					return nil, err
+				}
+				floorLat = append(floorLat, d...)
+			}
+			d, err := m.runsOneAtATime(ctx, "latency", n, false)
+			if err != nil {
+				m.Close()
+				return nil, err
+			}
+			lat = append(lat, d...)
+			b.progress.update(len(lat))
+		}
+		if len(lat) > 0 {
+			b.progress.end("%d runs one at a time%s: p50 %.3f ms/step, p99 %.3f ms/step",
+				len(lat), alternating, ms(Percentile(lat, 0.5))/StepsPerRun, ms(Percentile(lat, 0.99))/StepsPerRun)
+		} else {
+			b.progress.end("skipped")
+		}
+		res, err := b.finish(ctx, m, lat)
+		m.Close()
+		if err != nil {
+			return nil, err
+		}
+		results = append(results, res)
+	}
+	if floor != nil {
+		if len(floorLat) > 0 {
+			b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
+				SystemFloor+" latency", len(floorLat), ms(Percentile(floorLat, 0.5))/StepsPerRun, ms(Percentile(floorLat, 0.99))/StepsPerRun)
+		}
+		res, err := b.finish(ctx, floor, floorLat)
+		if err != nil {
+			return nil, err
+		}
+		results = append([]Result{res}, results...)
+	}
+	return results, nil
+}
+
+// finish records a system's latency runs and measures its throughput.
+func (b *Bench) finish(ctx context.Context, m *Meter, lat []time.Duration) (Result, error) {
+	res := Result{
+		System: m.sys.name, Runs: b.cfg.Runs, Steps: b.cfg.Runs * StepsPerRun,
+		LatencyRuns: len(lat), Concurrency: b.cfg.Concurrency, Durability: m.sys.durability,
+	}
+	if len(lat) > 0 {
 		res.StepLatencyP50MS = ms(Percentile(lat, 0.50)) / StepsPerRun
 		res.StepLatencyP99MS = ms(Percentile(lat, 0.99)) / StepsPerRun
 	}
@@ -122,9 +230,17 @@ func (m *Meter) Latency(ctx context.Context, n int) ([]time.Duration, error) {
 }
 
 func (m *Meter) oneAtATime(ctx context.Context, phase string, n int) ([]time.Duration, error) {
+	return m.runsOneAtATime(ctx, phase, n, true)
+}
+
+// runsOneAtATime runs n runs one after another; with show it reports them
+// as a phase of their own on the progress output.
+func (m *Meter) runsOneAtATime(ctx context.Context, phase string, n int, show bool) ([]time.Duration, error) {
 	label := m.sys.name + " " + phase
 	ids := m.ids(phase, n)
-	m.b.progress.begin(label, n)
+	if show {
+		m.b.progress.begin(label, n)
+	}
 	out := make([]time.Duration, 0, n)
 	for i, id := range ids {
 		reached := m.acks.expect(StepsPerRun)
@@ -137,10 +253,15 @@ func (m *Meter) oneAtATime(ctx context.Context, phase string, n int) ([]time.Dur
 			return nil, err
 		}
 		out = append(out, done.Sub(began))
-		m.b.progress.update(i + 1)
+		if show {
+			m.b.progress.update(i + 1)
+		}
 	}
 	if err := m.sys.verify(ctx, ids); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	if !show {
+		return out, nil
 	}
 	if phase == "warmup" {
 		m.b.progress.end("%d runs one at a time, not measured", n)
