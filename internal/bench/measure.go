@@ -74,13 +74,15 @@ func (b *Bench) Measure(ctx context.Context, name string) (Result, error) {
 const latencyBlock = 5
 
 // measureAll measures every system. The floor's worker stays up the
-// whole time and its latency runs alternate, in blocks, with each durable
-// system's, so that both see the same machine: on a shared machine the
-// floor's p50 alone moved by 1.8x between runs minutes apart. Durable's
-// systems run one after another (they share the step stream's consumer).
+// whole time; its latency runs alternate, in blocks, with each durable
+// system's, and its throughput phases with theirs, so that both see the
+// same machine: on a shared machine the floor alone moved by 1.6x (steps/s)
+// and 1.8x (p50) between runs minutes apart. Durable's systems run one
+// after another (they share the step stream's consumer).
 func (b *Bench) measureAll(ctx context.Context) ([]Result, error) {
 	var floor *Meter
 	var floorLat []time.Duration
+	var floorTP []Throughput
 	var results []Result
 	if b.systems[0].name == SystemFloor {
 		m, err := b.Open(ctx, SystemFloor)
@@ -128,29 +130,51 @@ func (b *Bench) measureAll(ctx context.Context) ([]Result, error) {
 		} else {
 			b.progress.end("skipped")
 		}
-		res, err := b.finish(ctx, m, lat)
-		m.Close()
-		if err != nil {
-			return nil, err
+		// Throughput: the floor's and this system's phases alternate too.
+		var tps []Throughput
+		for range throughputRounds {
+			if floor != nil {
+				tp, err := floor.Throughput(ctx, b.cfg.Runs)
+				if err != nil {
+					m.Close()
+					return nil, err
+				}
+				floorTP = append(floorTP, tp)
+			}
+			tp, err := m.Throughput(ctx, b.cfg.Runs)
+			if err != nil {
+				m.Close()
+				return nil, err
+			}
+			tps = append(tps, tp)
 		}
-		results = append(results, res)
+		results = append(results, b.result(m, lat, tps))
+		m.Close()
 	}
 	if floor != nil {
 		if len(floorLat) > 0 {
 			b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
 				SystemFloor+" latency", len(floorLat), ms(Percentile(floorLat, 0.5))/StepsPerRun, ms(Percentile(floorLat, 0.99))/StepsPerRun)
 		}
-		res, err := b.finish(ctx, floor, floorLat)
-		if err != nil {
-			return nil, err
+		if len(floorTP) == 0 { // the floor alone
+			tp, err := floor.Throughput(ctx, b.cfg.Runs)
+			if err != nil {
+				return nil, err
+			}
+			floorTP = append(floorTP, tp)
 		}
-		results = append([]Result{res}, results...)
+		results = append([]Result{b.result(floor, floorLat, floorTP)}, results...)
 	}
 	return results, nil
 }
 
-// finish records a system's latency runs and measures its throughput.
-func (b *Bench) finish(ctx context.Context, m *Meter, lat []time.Duration) (Result, error) {
+// throughputRounds is how many throughput phases each durable system
+// runs, each right after one of the floor's.
+const throughputRounds = 2
+
+// result is a system's figures from its latency runs and throughput
+// phases (steps/s over all phases, CPU per step over all of them).
+func (b *Bench) result(m *Meter, lat []time.Duration, tps []Throughput) Result {
 	res := Result{
 		System: m.sys.name, Runs: b.cfg.Runs, Steps: b.cfg.Runs * StepsPerRun,
 		LatencyRuns: len(lat), Concurrency: b.cfg.Concurrency, Durability: m.sys.durability,
@@ -159,21 +183,29 @@ func (b *Bench) finish(ctx context.Context, m *Meter, lat []time.Duration) (Resu
 		res.StepLatencyP50MS = ms(Percentile(lat, 0.50)) / StepsPerRun
 		res.StepLatencyP99MS = ms(Percentile(lat, 0.99)) / StepsPerRun
 	}
-	tp, err := m.Throughput(ctx, b.cfg.Runs)
-	if err != nil {
-		return res, err
+	var steps int
+	var wall, starts, worker, redis, self time.Duration
+	for _, tp := range tps {
+		steps += tp.Steps
+		wall += tp.Wall
+		starts += tp.Starts
+		worker += tp.WorkerCPU
+		redis += tp.RedisCPU
+		self += tp.BenchCPU
 	}
-	per1k := float64(tp.Steps) / 1000
-	res.WallSeconds = tp.Wall.Seconds()
-	res.StartSeconds = tp.Starts.Seconds()
-	res.ThroughputStepsPerS = tp.StepsPerS
-	res.WorkerCPUSPer1000Steps = tp.WorkerCPU.Seconds() / per1k
-	res.RedisCPUSPer1000Steps = tp.RedisCPU.Seconds() / per1k
-	res.BenchCPUSPer1000Steps = tp.BenchCPU.Seconds() / per1k
+	if n := len(tps); n > 0 && steps > 0 {
+		per1k := float64(steps) / 1000
+		res.ThroughputStepsPerS = float64(steps) / wall.Seconds()
+		res.WallSeconds = wall.Seconds() / float64(n)
+		res.StartSeconds = starts.Seconds() / float64(n)
+		res.WorkerCPUSPer1000Steps = worker.Seconds() / per1k
+		res.RedisCPUSPer1000Steps = redis.Seconds() / per1k
+		res.BenchCPUSPer1000Steps = self.Seconds() / per1k
+	}
 	if rss, err := m.WorkerPeakRSS(); err == nil {
 		res.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
 	}
-	return res, nil
+	return res
 }
 
 // Open starts system name's worker process, watches its acks and runs a
