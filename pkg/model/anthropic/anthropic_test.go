@@ -56,8 +56,9 @@ func assertHeaders(t *testing.T, r providertest.Request) {
 	if r.Method != http.MethodPost || r.Path != "/v1/messages" {
 		t.Errorf("got %s %s, want POST /v1/messages", r.Method, r.Path)
 	}
-	if got := r.Header.Get("Authorization"); got != "Bearer "+key && r.Header.Get("X-Api-Key") != key {
-		t.Errorf("no API key sent: Authorization %q, X-Api-Key %q", got, r.Header.Get("X-Api-Key"))
+	// SDK v2's WithAPIKey sends the key as a bearer token.
+	if got := r.Header.Get("Authorization"); got != "Bearer "+key {
+		t.Errorf("Authorization %q, want Bearer <key>", got)
 	}
 	if r.Header.Get("Anthropic-Version") == "" {
 		t.Error("no anthropic-version header")
