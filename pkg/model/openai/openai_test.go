@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/model"
-	"github.com/durable-run/durable/pkg/model/openai"
 	"github.com/durable-run/durable/pkg/model/internal/providertest"
+	"github.com/durable-run/durable/pkg/model/openai"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
