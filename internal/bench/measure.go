@@ -31,44 +31,6 @@ type Meter struct {
 	phases map[string]int // runs started per phase name, for unique run ids
 }
 
-// Measure opens a meter on system name, runs the latency phase (unless
-// LatencyRuns is negative) and the throughput phase, and closes it.
-func (b *Bench) Measure(ctx context.Context, name string) (Result, error) {
-	res := Result{
-		System: name, Runs: b.cfg.Runs, Steps: b.cfg.Runs * StepsPerRun,
-		LatencyRuns: b.cfg.LatencyRuns, Concurrency: b.cfg.Concurrency,
-	}
-	m, err := b.Open(ctx, name)
-	if err != nil {
-		return res, err
-	}
-	defer m.Close()
-	res.Durability = m.sys.durability
-	if b.cfg.LatencyRuns > 0 {
-		lat, err := m.Latency(ctx, b.cfg.LatencyRuns)
-		if err != nil {
-			return res, err
-		}
-		res.StepLatencyP50MS = ms(Percentile(lat, 0.50)) / StepsPerRun
-		res.StepLatencyP99MS = ms(Percentile(lat, 0.99)) / StepsPerRun
-	}
-	tp, err := m.Throughput(ctx, b.cfg.Runs)
-	if err != nil {
-		return res, err
-	}
-	per1k := float64(tp.Steps) / 1000
-	res.WallSeconds = tp.Wall.Seconds()
-	res.StartSeconds = tp.Starts.Seconds()
-	res.ThroughputStepsPerS = tp.StepsPerS
-	res.WorkerCPUSPer1000Steps = tp.WorkerCPU.Seconds() / per1k
-	res.RedisCPUSPer1000Steps = tp.RedisCPU.Seconds() / per1k
-	res.BenchCPUSPer1000Steps = tp.BenchCPU.Seconds() / per1k
-	if rss, err := m.WorkerPeakRSS(); err == nil {
-		res.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
-	}
-	return res, nil
-}
-
 // latencyBlock is how many one-at-a-time runs of a system alternate with
 // as many of the floor's.
 const latencyBlock = 5
@@ -255,12 +217,8 @@ func (m *Meter) WorkerPeakRSS() (int64, error) {
 	return rss, err
 }
 
-// Latency runs n runs one after another and returns each run's time from
-// its start to the ack of its last step.
-func (m *Meter) Latency(ctx context.Context, n int) ([]time.Duration, error) {
-	return m.oneAtATime(ctx, "latency", n)
-}
-
+// oneAtATime runs n runs one after another and returns each run's time
+// from its start to the ack of its last step.
 func (m *Meter) oneAtATime(ctx context.Context, phase string, n int) ([]time.Duration, error) {
 	return m.runsOneAtATime(ctx, phase, n, true)
 }
