@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -19,19 +18,9 @@ import (
 
 const provider = "anthropic"
 
-// Options configures a Client.
-type Options struct {
-	APIKey string // required
-	Model  string // required, e.g. "claude-sonnet-4-5"
-	// BaseURL of the API; default https://api.anthropic.com/.
-	BaseURL string
-	// MaxTokens when the request does not say; default 4096 (the API
-	// requires one).
-	MaxTokens int
-	Retry     model.Retry
-	// HTTPClient; default http.DefaultClient.
-	HTTPClient *http.Client
-}
+// Options configures a Client: BaseURL defaults to
+// https://api.anthropic.com/, MaxTokens to 4096 (the API requires one).
+type Options = model.Config
 
 // Client is a model.Model for Anthropic.
 type Client struct {
@@ -43,31 +32,15 @@ var _ model.Model = (*Client)(nil)
 
 // FromEnv builds a Client from ANTHROPIC_API_KEY, ANTHROPIC_MODEL and
 // ANTHROPIC_BASE_URL (optional).
-func FromEnv() (*Client, error) {
-	return New(Options{
-		APIKey:  os.Getenv("ANTHROPIC_API_KEY"),
-		Model:   os.Getenv("ANTHROPIC_MODEL"),
-		BaseURL: os.Getenv("ANTHROPIC_BASE_URL"),
-	})
-}
+func FromEnv() (*Client, error) { return New(model.ConfigFromEnv("ANTHROPIC")) }
 
 // New builds a Client. Nothing else in the environment is read.
 func New(o Options) (*Client, error) {
-	var missing []string
-	if o.APIKey == "" {
-		missing = append(missing, "API key (ANTHROPIC_API_KEY)")
-	}
-	if o.Model == "" {
-		missing = append(missing, "model (ANTHROPIC_MODEL, e.g. claude-sonnet-4-5)")
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("anthropic: missing %s", strings.Join(missing, " and "))
+	if err := o.Check(provider, "ANTHROPIC", "claude-sonnet-4-5"); err != nil {
+		return nil, err
 	}
 	if o.MaxTokens <= 0 {
 		o.MaxTokens = 4096
-	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = http.DefaultClient
 	}
 	opts := []option.RequestOption{
 		option.WithoutEnvironmentDefaults(),

@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"strings"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -20,18 +18,9 @@ import (
 
 const provider = "openai"
 
-// Options configures a Client.
-type Options struct {
-	APIKey string // required
-	Model  string // required, e.g. "gpt-4.1"
-	// BaseURL of the API; default https://api.openai.com/v1/.
-	BaseURL string
-	// MaxTokens when the request does not say; default 0: the model's limit.
-	MaxTokens int
-	Retry     model.Retry
-	// HTTPClient; default http.DefaultClient.
-	HTTPClient *http.Client
-}
+// Options configures a Client: BaseURL defaults to
+// https://api.openai.com/v1/, MaxTokens to 0 (the model's limit).
+type Options = model.Config
 
 // Client is a model.Model for OpenAI.
 type Client struct {
@@ -43,29 +32,13 @@ var _ model.Model = (*Client)(nil)
 
 // FromEnv builds a Client from OPENAI_API_KEY, OPENAI_MODEL and
 // OPENAI_BASE_URL (optional).
-func FromEnv() (*Client, error) {
-	return New(Options{
-		APIKey:  os.Getenv("OPENAI_API_KEY"),
-		Model:   os.Getenv("OPENAI_MODEL"),
-		BaseURL: os.Getenv("OPENAI_BASE_URL"),
-	})
-}
+func FromEnv() (*Client, error) { return New(model.ConfigFromEnv("OPENAI")) }
 
 // New builds a Client. The SDK still reads OPENAI_ORG_ID and
 // OPENAI_PROJECT_ID from the environment; what Options sets wins.
 func New(o Options) (*Client, error) {
-	var missing []string
-	if o.APIKey == "" {
-		missing = append(missing, "API key (OPENAI_API_KEY)")
-	}
-	if o.Model == "" {
-		missing = append(missing, "model (OPENAI_MODEL, e.g. gpt-4.1)")
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("openai: missing %s", strings.Join(missing, " and "))
-	}
-	if o.HTTPClient == nil {
-		o.HTTPClient = http.DefaultClient
+	if err := o.Check(provider, "OPENAI", "gpt-4.1"); err != nil {
+		return nil, err
 	}
 	opts := []option.RequestOption{
 		option.WithAPIKey(o.APIKey),
