@@ -195,6 +195,9 @@ func stepDetail(cp client.CheckpointView) string {
 		names := make([]string, 0, len(cp.Journal))
 		for _, c := range cp.Journal {
 			n := c.Name
+			if c.Note != "" {
+				n += " [" + c.Note + "]"
+			}
 			if c.Replayed {
 				n += " (replayed from the journal)"
 			}

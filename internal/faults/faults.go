@@ -5,6 +5,7 @@
 //
 // run:step[:point], point one of before (default; the step body has not
 // run), after-effect (a call returned, before it is journaled),
+// after-record (a call's result is journaled, before the checkpoint),
 // after-checkpoint (committed, before publishing the next step),
 // after-publish (published, before the ack), hang (block the step
 // without heartbeats until the process is killed) and stop (the process
@@ -27,6 +28,7 @@ import (
 const (
 	Before          = "before"
 	AfterEffect     = "after-effect"
+	AfterRecord     = "after-record"
 	AfterCheckpoint = "after-checkpoint"
 	AfterPublish    = "after-publish"
 	Hang            = "hang"
@@ -76,9 +78,9 @@ func Parse(spec string) (*Injector, error) {
 			point = parts[2]
 		}
 		switch point {
-		case Before, AfterEffect, AfterCheckpoint, AfterPublish, Hang, Stop:
+		case Before, AfterEffect, AfterRecord, AfterCheckpoint, AfterPublish, Hang, Stop:
 		default:
-			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-checkpoint, after-publish, hang, stop)", item, point)
+			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-record, after-checkpoint, after-publish, hang, stop)", item, point)
 		}
 		if _, dup := in.points[key{parts[0], n}]; dup {
 			return nil, fmt.Errorf("crash spec %q: %s:%d has a fault already: one per step", item, parts[0], n)

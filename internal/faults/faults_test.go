@@ -20,7 +20,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestAtFiresOnFirstDeliveryOnly(t *testing.T) {
-	in, err := Parse("claim-0042:7,claim-0043:6:after-effect,claim-0044:6:hang")
+	in, err := Parse("claim-0042:7,claim-0043:6:after-effect,claim-0044:6:hang,agent-1:2:after-record")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +39,19 @@ func TestAtFiresOnFirstDeliveryOnly(t *testing.T) {
 	if kills != 2 {
 		t.Fatalf("%d kills, want 2", kills)
 	}
+	in.At("agent-1", 2, 1, AfterEffect) // the call returned, not yet recorded
+	if kills != 2 {
+		t.Fatalf("after-record fault fired at after-effect")
+	}
+	in.At("agent-1", 2, 1, AfterRecord)
+	if kills != 3 {
+		t.Fatalf("%d kills, want 3", kills)
+	}
 	if !in.Hangs("claim-0044", 6, 1) || in.Hangs("claim-0044", 6, 2) || in.Hangs("claim-0042", 7, 1) {
 		t.Fatal("Hangs wrong")
 	}
 	in.At("claim-0044", 6, 1, Hang)
-	if hangs != 1 || kills != 2 {
+	if hangs != 1 || kills != 3 {
 		t.Fatalf("hangs %d kills %d", hangs, kills)
 	}
 	var none *Injector

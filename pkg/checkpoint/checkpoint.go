@@ -248,6 +248,9 @@ func (cp Checkpoint) Size() int {
 			if r.Error != "" {
 				n += len(`,"error":""`) + len(r.Error)
 			}
+			if r.Note != "" {
+				n += len(`,"note":""`) + len(r.Note)
+			}
 			if r.Replayed {
 				n += len(`,"replayed":true`)
 			}
@@ -268,7 +271,11 @@ type CallRecord struct {
 	ArgsSHA256 string          `json:"args_sha256"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	Error      string          `json:"error,omitempty"`
-	At         time.Time       `json:"at"`
+	// Note is a one-line description for people reading the run (`durable
+	// runs show`): the model and tokens of a model call, the tool and key
+	// of a tool call. Not part of the call's identity.
+	Note string    `json:"note,omitempty"`
+	At   time.Time `json:"at"`
 	// Replayed is set on the copy returned to a retried step that read the
 	// recorded result instead of calling again.
 	Replayed bool `json:"replayed,omitempty"`

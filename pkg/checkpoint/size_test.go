@@ -25,7 +25,7 @@ func TestSizeBoundsTheEncoding(t *testing.T) {
 			WakeAt: at, Spend: 1.0 / 3, Error: "the claim is void", Gen: 1 << 20, Attempt: 1 << 30, At: at, DurationMS: 123456.789,
 			Journal: []checkpoint.CallRecord{
 				{Name: "model", ArgsSHA256: strings.Repeat("b", 64), Result: big, At: at, Replayed: true},
-				{Name: "tool", ArgsSHA256: strings.Repeat("c", 64), Error: "timeout", At: at},
+				{Name: "tool", ArgsSHA256: strings.Repeat("c", 64), Error: "timeout", Note: "refund key r:step4", At: at},
 			},
 			Effects: []checkpoint.Effect{{Key: "k1"}, {Key: "k2", Replayed: true}}},
 	}

@@ -72,6 +72,9 @@ type CallView struct {
 	ArgsSHA256 string `json:"args_sha256"`
 	Replayed   bool   `json:"replayed"`
 	Error      string `json:"error,omitempty"`
+	// Note describes the call (model and tokens, tool and key); see
+	// steps.CallNoted.
+	Note string `json:"note,omitempty"`
 }
 
 // EffectView is an effect with the step that performed it.
@@ -170,7 +173,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 			if call.Replayed {
 				cv.Replayed++
 			}
-			cv.Journal = append(cv.Journal, CallView{Name: call.Name, ArgsSHA256: call.ArgsSHA256, Replayed: call.Replayed, Error: call.Error})
+			cv.Journal = append(cv.Journal, CallView{Name: call.Name, ArgsSHA256: call.ArgsSHA256, Replayed: call.Replayed, Error: call.Error, Note: call.Note})
 		}
 		for _, e := range cp.Effects {
 			ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: cp.Step}

@@ -43,6 +43,10 @@ type ContextConfig struct {
 	// is journaled: the point where a crash leaves an effect unrecorded.
 	// Used for crash injection. Optional.
 	AfterCall func(name string)
+	// AfterRecord runs after a call's result is journaled, before the step
+	// goes on: the point where a crash leaves a recorded call and no
+	// checkpoint. Used for crash injection. Optional.
+	AfterRecord func(name string)
 	// BlobStore keeps the blobs of PutBlob and GetBlob. Optional: without
 	// one they fail with ErrNoBlobStore. Tests of a workflow's steps can
 	// use blob.NewMemory.
@@ -225,6 +229,14 @@ var ErrDuplicateCall = errors.New("call name used twice in one step")
 // with different args is ErrJournalMismatch. Errors from fn are not
 // journaled: the next attempt calls again.
 func Call[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error)) (T, error) {
+	return CallNoted(ctx, s, name, args, fn, nil)
+}
+
+// CallNoted is Call with a note: note describes the result in one line
+// for people reading the run (`durable runs show`: "model x: 812+95
+// tokens, calls refund"). It is journaled with the result and shown with
+// the step; it does not take part in the call's identity.
+func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error), note func(T) string) (T, error) {
 	var zero T
 	argsJSON, err := json.Marshal(args)
 	if err != nil {
@@ -259,6 +271,9 @@ func Call[T any](ctx context.Context, s *Context, name string, args any, fn func
 		s.cfg.AfterCall(name)
 	}
 	rec = checkpoint.CallRecord{Name: name, ArgsSHA256: argsSum, Result: result, At: time.Now().UTC()}
+	if note != nil {
+		rec.Note = note(v)
+	}
 	if s.cfg.Recorder != nil {
 		// The effect happened: record it even if the step's context was
 		// cancelled meanwhile (shutdown, step timeout).
@@ -272,6 +287,9 @@ func Call[T any](ctx context.Context, s *Context, name string, args any, fn func
 			// A concurrent attempt of this step recorded first: its result
 			// is the one the run continues with.
 			return replayCall[T](s, name, argsSum, stored)
+		}
+		if s.cfg.AfterRecord != nil {
+			s.cfg.AfterRecord(name)
 		}
 	}
 	s.mu.Lock()

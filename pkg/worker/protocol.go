@@ -254,12 +254,13 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
-		Journal:   journalOf(snap.Journal, run.Resumes),
-		Recorder:  recorder{store: w.cfg.Store, run: run.ID, step: m.Step, gen: run.Resumes},
-		Approvals: approvalsFor(run, m.Step),
-		Heartbeat: func() { _ = d.msg.InProgress() },
-		AfterCall: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
-		BlobStore: w.cfg.Blobs,
+		Journal:     journalOf(snap.Journal, run.Resumes),
+		Recorder:    recorder{store: w.cfg.Store, run: run.ID, step: m.Step, gen: run.Resumes},
+		Approvals:   approvalsFor(run, m.Step),
+		Heartbeat:   func() { _ = d.msg.InProgress() },
+		AfterCall:   func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
+		AfterRecord: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterRecord) },
+		BlobStore:   w.cfg.Blobs,
 	})
 	began := time.Now()
 	res, err := w.execute(ctx, d, def, sctx, run.StepName, state, m.Step == 1)
