@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -47,14 +48,14 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 		return Result{}, fmt.Errorf("model call %s: %w", name, err)
 	}
 	called := false
-	rec, err := steps.Call(ctx, s, name, prompt, func(ctx context.Context) (Recorded, error) {
+	rec, err := steps.CallNoted(ctx, s, name, prompt, func(ctx context.Context) (Recorded, error) {
 		called = true
 		resp, err := m.Complete(ctx, req)
 		if err != nil {
 			return Recorded{}, err
 		}
 		return Recorded{Response: resp, Asked: req.Model, PromptHash: prompt, ToolsHash: tools}, nil
-	})
+	}, func(r Recorded) string { return Describe(r.Response) })
 	if err != nil {
 		return Result{}, err
 	}
@@ -68,4 +69,27 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 		}
 	}
 	return res, nil
+}
+
+// Describe is a one-line account of a response, as `durable runs show`
+// prints a model call: "claude-x: 812 in + 95 out tokens, calls refund".
+func Describe(r Response) string {
+	var b strings.Builder
+	if r.Model != "" {
+		b.WriteString(r.Model + ": ")
+	}
+	fmt.Fprintf(&b, "%d in + %d out tokens, ", r.Usage.InputTokens, r.Usage.OutputTokens)
+	if len(r.ToolCalls) > 0 {
+		names := make([]string, len(r.ToolCalls))
+		for i, c := range r.ToolCalls {
+			names[i] = c.Name
+		}
+		b.WriteString("calls " + strings.Join(names, ", "))
+		return b.String()
+	}
+	b.WriteString("answers")
+	if r.StopReason != "" && r.StopReason != StopEndTurn {
+		b.WriteString(" (" + string(r.StopReason) + ")")
+	}
+	return b.String()
 }
