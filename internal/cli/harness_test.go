@@ -20,6 +20,7 @@ import (
 	"github.com/durable-run/durable/internal/devenv"
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
@@ -79,7 +80,7 @@ func newEnv(t *testing.T, kind string) *env {
 	})
 	// Connection settings come from flags only; nothing from the outer
 	// environment may redirect the CLI.
-	for _, k := range []string{"DURABLE_NATS_URL", "DURABLE_REDIS_URL", "DURABLE_KV_BUCKET", "DURABLE_CRASH"} {
+	for _, k := range []string{"DURABLE_NATS_URL", "DURABLE_REDIS_URL", "DURABLE_KV_BUCKET", "DURABLE_CRASH", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("DURABLE_PAYMENTS_URL", de.PaymentsURL())
@@ -121,8 +122,12 @@ func newEnv(t *testing.T, kind string) *env {
 	}
 
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	blobs, err := objstore.New(ctx, js, objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	w, err := worker.New(worker.Config{JetStream: js, Store: e.store, Registry: cli.ReferenceWorkflows(),
-		Concurrency: 8, AckWait: 2 * time.Second, DrainTimeout: 3 * time.Second, Logger: &log})
+		Concurrency: 8, AckWait: 2 * time.Second, DrainTimeout: 3 * time.Second, Logger: &log, Blobs: blobs})
 	if err != nil {
 		t.Fatal(err)
 	}

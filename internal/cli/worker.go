@@ -10,7 +10,9 @@ import (
 
 	"github.com/durable-run/durable/internal/examples/agentloop"
 	"github.com/durable-run/durable/internal/examples/claim"
+	"github.com/durable-run/durable/internal/examples/refundagent"
 	"github.com/durable-run/durable/internal/metrics"
+	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
@@ -18,7 +20,9 @@ import (
 
 // ReferenceWorkflows registers the example workflows of the reference
 // worker. The claim workflow pays through DURABLE_PAYMENTS_URL and reads
-// claims from DURABLE_CLAIMS_URL (optional).
+// claims from DURABLE_CLAIMS_URL (optional). The refund-agent pays
+// through the same API; its model is Anthropic's or OpenAI's when
+// ANTHROPIC_API_KEY or OPENAI_API_KEY is set, else a recorded transcript.
 func ReferenceWorkflows() *steps.Registry {
 	return steps.NewRegistry().MustRegister(
 		claim.New(claim.Config{
@@ -29,7 +33,24 @@ func ReferenceWorkflows() *steps.Registry {
 			HTTP: &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
 		}),
 		agentloop.New(),
+		refundagent.New(refundagent.Config{
+			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),
+			HTTP:        &http.Client{Timeout: 30 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
+			Prices:      modelPrices(),
+		}),
 	)
+}
+
+// modelPrices reads DURABLE_MODEL_PRICES ("model=input/output,..." per
+// million tokens); a malformed value is reported once and ignored, so a
+// typo costs the spend figures, not the worker.
+func modelPrices() agent.Prices {
+	p, err := agent.ParsePrices(os.Getenv("DURABLE_MODEL_PRICES"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "durable: DURABLE_MODEL_PRICES ignored: %v\n", err)
+		return nil
+	}
+	return p
 }
 
 // RunWorker is the worker command: flags, connections, then worker.Run

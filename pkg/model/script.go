@@ -27,6 +27,10 @@ type Turn struct {
 	// the recording gets an error instead of an answer that doesn't fit.
 	Expect   string   `json:"expect,omitempty"`
 	Response Response `json:"response"`
+	// Otherwise answers when Expect is not met (the branch the recording
+	// did not take: a refund that was rejected). Without it, an unmet
+	// Expect is an error.
+	Otherwise *Response `json:"otherwise,omitempty"`
 }
 
 // LoadScript decodes a transcript (JSON: {"model": ..., "turns": [{"expect":
@@ -61,10 +65,13 @@ func (s *Script) Complete(_ context.Context, req Request) (Response, error) {
 		return Response{}, steps.Permanent(fmt.Errorf("scripted model: the transcript has %d turns, the conversation asks for turn %d", len(s.Turns), turn+1))
 	}
 	t := s.Turns[turn]
-	if t.Expect != "" && !lastMessageHas(req.Messages, t.Expect) {
-		return Response{}, steps.Permanent(fmt.Errorf("scripted model: turn %d expects %q in the last message; the conversation went elsewhere than the transcript", turn+1, t.Expect))
-	}
 	resp := t.Response
+	if t.Expect != "" && !lastMessageHas(req.Messages, t.Expect) {
+		if t.Otherwise == nil {
+			return Response{}, steps.Permanent(fmt.Errorf("scripted model: turn %d expects %q in the last message; the conversation went elsewhere than the transcript", turn+1, t.Expect))
+		}
+		resp = *t.Otherwise
+	}
 	if resp.Model == "" {
 		resp.Model = s.Model
 	}
