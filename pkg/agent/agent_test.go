@@ -57,7 +57,12 @@ func answer(text string) model.Response {
 
 func start(t *testing.T, wf steps.Definition, blobs blob.Store) *testfleet.Fleet {
 	t.Helper()
-	f := testfleet.New(t, "redis")
+	return startOn(t, "redis", wf, blobs)
+}
+
+func startOn(t *testing.T, kind string, wf steps.Definition, blobs blob.Store) *testfleet.Fleet {
+	t.Helper()
+	f := testfleet.New(t, kind)
 	f.StartWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Blobs = blobs })
 	return f
 }
@@ -74,6 +79,12 @@ func stateOf(t *testing.T, cp checkpoint.Checkpoint) agent.State {
 // A 50-call loop whose tool returns 100 KB each time: every checkpoint
 // stays under 8 KB, and the model still reads the whole conversation.
 func TestFiftyToolCallsKeepCheckpointsSmall(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) { fiftyToolCalls(t, kind) })
+	}
+}
+
+func fiftyToolCalls(t *testing.T, kind string) {
 	const calls, resultBytes = 50, 100_000
 	page := func(i int) string {
 		head := fmt.Sprintf("page %d:", i)
@@ -105,7 +116,7 @@ func TestFiftyToolCallsKeepCheckpointsSmall(t *testing.T) {
 			}
 			return page(args.Page), nil
 		})
-	f := start(t, agent.New(agent.Config{Name: "reader", Version: 1, Model: m, ModelName: "fake-1", Tools: []*agent.Tool{fetch}}), blob.NewMemory("DURABLE_BLOBS"))
+	f := startOn(t, kind, agent.New(agent.Config{Name: "reader", Version: 1, Model: m, ModelName: "fake-1", Tools: []*agent.Tool{fetch}}), blob.NewMemory("DURABLE_BLOBS"))
 	f.Start("reader", "read-1", `{"message": "read fifty pages"}`)
 	f.WaitStatus("read-1", checkpoint.StatusCompleted, 120*time.Second)
 
@@ -165,6 +176,12 @@ func (b *flakyBlobs) Put(ctx context.Context, name string, data []byte) (blob.Re
 // The run stops at its token budget, and calls read back from the journal
 // by a retried step count once: the run's tokens are the tokens billed.
 func TestTokenBudgetCountsReplaysOnce(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) { tokenBudget(t, kind) })
+	}
+}
+
+func tokenBudget(t *testing.T, kind string) {
 	m := &fakeModel{answer: func(turn int, req model.Request) (model.Response, error) {
 		return toolCall(turn, "note", `{}`), nil // never answers: only the budget stops it
 	}}
@@ -177,7 +194,7 @@ func TestTokenBudgetCountsReplaysOnce(t *testing.T) {
 	blobs := &flakyBlobs{Store: blob.NewMemory("DURABLE_BLOBS"), match: "/history/"}
 	wf := agent.New(agent.Config{Name: "noter", Version: 1, Model: m, ModelName: "fake-1", Tools: []*agent.Tool{note}, TailLimit: 1,
 		Retry: steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond}})
-	f := start(t, wf, blobs)
+	f := startOn(t, kind, wf, blobs)
 	f.Start("noter", "budget-1", `{"message": "take notes", "budget": {"max_tokens": 600}}`)
 	run := f.WaitStatus("budget-1", checkpoint.StatusDead, 60*time.Second)
 
