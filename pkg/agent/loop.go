@@ -151,6 +151,7 @@ func New(cfg Config) *steps.Workflow[State] {
 		opts = append(opts, steps.WithRetry(cfg.Retry))
 	}
 	return steps.New[State](cfg.Name, cfg.Version).
+		Invalid(err).
 		WithCaps(cfg.Caps).
 		Init(func(raw json.RawMessage) (State, error) {
 			if err != nil {

@@ -685,3 +685,19 @@ func TestRegistryConcurrent(t *testing.T) {
 		t.Fatalf("Latest = v%d, want v50", d.Version())
 	}
 }
+
+// A builder's definition error (Invalid) fails Validate and registration.
+func TestInvalidFailsRegistration(t *testing.T) {
+	wf := steps.New[struct{}]("built", 1).
+		Invalid(nil).
+		Invalid(errors.New("tool refund given twice")).
+		Step("a", func(context.Context, *steps.Context, struct{}) (steps.Outcome[struct{}], error) {
+			return steps.Complete(struct{}{}), nil
+		})
+	if err := wf.Validate(); err == nil || !strings.Contains(err.Error(), "tool refund given twice") {
+		t.Fatalf("Validate: %v", err)
+	}
+	if err := steps.NewRegistry().Register(wf); err == nil {
+		t.Fatal("registered an invalid workflow")
+	}
+}

@@ -104,6 +104,16 @@ func (w *Workflow[S]) Init(fn func(input json.RawMessage) (S, error)) *Workflow[
 	return w
 }
 
+// Invalid records a definition error found by whoever builds the workflow
+// (pkg/agent: a tool named twice, a spend budget without a price):
+// Validate reports it, so registering the workflow fails. nil is ignored.
+func (w *Workflow[S]) Invalid(err error) *Workflow[S] {
+	if err != nil {
+		w.errs = append(w.errs, err)
+	}
+	return w
+}
+
 // WithCaps sets the run caps of the workflow.
 func (w *Workflow[S]) WithCaps(c Caps) *Workflow[S] {
 	if c.MaxSteps < 0 || c.MaxAge < 0 || c.MaxSpend < 0 {
