@@ -59,7 +59,9 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Response: rec.Response, Replayed: !called}
+	// Replayed also when this attempt called but a concurrent attempt
+	// recorded first: the run continues with that recording.
+	res := Result{Response: rec.Response, Replayed: !called || s.Replayed(name)}
 	if res.Replayed {
 		if rec.Asked != req.Model {
 			res.Changed = append(res.Changed, "model")

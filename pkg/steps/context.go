@@ -69,9 +69,11 @@ type Context struct {
 }
 
 // Spend adds cost to the step (model tokens, paid API calls), counted
-// against the run's MaxSpend cap when the step commits. Report the cost of
-// a call only when it was made, not when Call replayed it: a replay costs
-// nothing.
+// against the run's MaxSpend cap when the step commits. Only the attempt
+// that commits is counted, so report the cost of every call it uses,
+// including calls Call read back from an earlier attempt's journal (that
+// attempt never committed its spend): each recorded call is then counted
+// exactly once.
 func (s *Context) Spend(amount float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
