@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,13 +111,17 @@ func ParsePrices(s string) (Prices, error) {
 		}
 		name, costs, ok := strings.Cut(item, "=")
 		in, out, ok2 := strings.Cut(costs, "/")
+		name = strings.TrimSpace(name)
 		if !ok || !ok2 || name == "" {
 			return nil, fmt.Errorf("model price %q: want model=input/output per million tokens", item)
 		}
-		pi, err1 := strconv.ParseFloat(in, 64)
-		po, err2 := strconv.ParseFloat(out, 64)
-		if err1 != nil || err2 != nil || pi < 0 || po < 0 {
-			return nil, fmt.Errorf("model price %q: prices must be numbers >= 0", item)
+		pi, err1 := strconv.ParseFloat(strings.TrimSpace(in), 64)
+		po, err2 := strconv.ParseFloat(strings.TrimSpace(out), 64)
+		if err1 != nil || err2 != nil || !(pi >= 0 && po >= 0) || math.IsInf(pi, 0) || math.IsInf(po, 0) {
+			return nil, fmt.Errorf("model price %q: prices must be finite numbers >= 0", item)
+		}
+		if _, dup := p[name]; dup {
+			return nil, fmt.Errorf("model price %q: %s is priced twice", item, name)
 		}
 		p[name] = Price{Input: pi, Output: po}
 	}

@@ -76,15 +76,16 @@ type Mismatch struct {
 }
 
 // Reconcile checks the tool calls of run's log (ToolLog) against r.
-// Failed calls (the tool refused) are not expected in the system.
+// Failed calls (the tool refused) are not checked, and an effect the
+// system holds under a failed call's key is a mismatch.
 func Reconcile(ctx context.Context, run string, log []LogEntry, r Reconciler) ([]Mismatch, error) {
 	var out []Mismatch
-	logged := map[Key]bool{}
+	logged := map[Key]bool{} // false: logged as a failed call
 	for _, e := range log {
 		if e.Tool != r.Tool() || e.Run != run {
 			continue
 		}
-		logged[e.Key] = true
+		logged[e.Key] = !e.IsError
 		if e.IsError {
 			continue
 		}
@@ -101,9 +102,14 @@ func Reconcile(ctx context.Context, run string, log []LogEntry, r Reconciler) ([
 		return nil, fmt.Errorf("reconcile %s of %s: list the system's keys: %w", r.Tool(), run, err)
 	}
 	for _, k := range keys {
-		if !logged[k] {
+		ok, seen := logged[k]
+		switch {
+		case !seen:
 			out = append(out, Mismatch{Run: run, Tool: r.Tool(), Key: k, Kind: "unlogged",
 				Detail: "the system holds an effect under this key; the run's log records no call with it"})
+		case !ok:
+			out = append(out, Mismatch{Run: run, Tool: r.Tool(), Key: k, Kind: "differs",
+				Detail: "the run's log records this call as failed; the system holds an effect under its key"})
 		}
 	}
 	return out, nil

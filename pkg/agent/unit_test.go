@@ -64,7 +64,7 @@ func TestParsePrices(t *testing.T) {
 			t.Errorf("ParsePrices(%q) = %v, want %v", tc.in, got, tc.want)
 		}
 	}
-	for _, in := range []string{"a=3", "=1/2", "a=x/1", "a=1/x", "a=-1/2", "a=1/-2", "a", "a=3/15,b", "a=/1"} {
+	for _, in := range []string{"a=3", "=1/2", "a=x/1", "a=1/x", "a=-1/2", "a=1/-2", "a", "a=3/15,b", "a=/1", "a=1/2,a=3/4"} {
 		if p, err := agent.ParsePrices(in); err == nil {
 			t.Errorf("ParsePrices(%q) = %v, want an error", in, p)
 		} else if !strings.Contains(err.Error(), "model price") {
@@ -76,7 +76,6 @@ func TestParsePrices(t *testing.T) {
 // A name with a space before '=' is kept with the space and then prices
 // no model: "claude =3/15" leaves claude's spend at zero.
 func TestParsePricesTrimsNames(t *testing.T) {
-	t.Skip(`BUG: pkg/agent/budget.go ParsePrices trims items but not the name: "a =3/15" gives Prices{"a ": ...}, which prices no model`)
 	p, err := agent.ParsePrices("a =3/15")
 	if err != nil {
 		return // refusing it is as good as trimming
@@ -89,7 +88,6 @@ func TestParsePricesTrimsNames(t *testing.T) {
 // A NaN price makes every cost NaN, and NaN >= MaxSpend is false: the
 // spend budget would never be reached.
 func TestParsePricesRefusesNonFinite(t *testing.T) {
-	t.Skip(`BUG: pkg/agent/budget.go ParsePrices accepts "a=NaN/1" and "a=Inf/1" (strconv.ParseFloat parses them; NaN < 0 is false)`)
 	for _, in := range []string{"a=NaN/1", "a=1/NaN", "a=Inf/1", "a=1/+Inf"} {
 		if p, err := agent.ParsePrices(in); err == nil {
 			t.Errorf("ParsePrices(%q) = %v, want an error", in, p)
@@ -501,15 +499,18 @@ func TestReconcile(t *testing.T) {
 	if want := []agent.Key{"r1:step2", "r1:step4"}; !reflect.DeepEqual(r.checked, want) {
 		t.Errorf("checked %v, want %v (other tools, other runs and failed calls are not checked)", r.checked, want)
 	}
-	if len(got) != 2 {
-		t.Fatalf("mismatches %+v, want 2", got)
+	if len(got) != 3 {
+		t.Fatalf("mismatches %+v, want 3", got)
 	}
 	if m := got[0]; m.Kind != "differs" || m.Key != "r1:step4" || m.Detail != "amount 20, logged 2" || m.Run != "r1" || m.Tool != "refund" {
 		t.Errorf("first mismatch %+v, want r1:step4 differs", m)
 	}
-	// r1:step6 failed, but it is logged: only r1:step8 is unlogged.
-	if m := got[1]; m.Kind != "unlogged" || m.Key != "r1:step8" || m.Run != "r1" || m.Tool != "refund" || m.Detail == "" {
-		t.Errorf("second mismatch %+v, want r1:step8 unlogged", m)
+	// r1:step6 is logged as failed, yet the system holds an effect under it.
+	if m := got[1]; m.Kind != "differs" || m.Key != "r1:step6" || !strings.Contains(m.Detail, "failed") {
+		t.Errorf("second mismatch %+v, want r1:step6 differs (failed in the log, done in the system)", m)
+	}
+	if m := got[2]; m.Kind != "unlogged" || m.Key != "r1:step8" || m.Run != "r1" || m.Tool != "refund" || m.Detail == "" {
+		t.Errorf("third mismatch %+v, want r1:step8 unlogged", m)
 	}
 
 	clean := &unitReconciler{tool: "refund", keys: []agent.Key{"r1:step2", "r1:step4"}}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/durable-run/durable/pkg/steps"
@@ -42,12 +44,18 @@ func LoadScript(data []byte) (*Script, error) {
 	if err := dec.Decode(&s); err != nil {
 		return nil, fmt.Errorf("model script: %w", err)
 	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("model script: data after the transcript object")
+	}
 	if len(s.Turns) == 0 {
 		return nil, fmt.Errorf("model script: no turns")
 	}
 	for i, t := range s.Turns {
 		if len(t.Response.ToolCalls) == 0 && t.Response.Text == "" {
 			return nil, fmt.Errorf("model script: turn %d answers neither text nor tool calls", i)
+		}
+		if o := t.Otherwise; o != nil && len(o.ToolCalls) == 0 && o.Text == "" {
+			return nil, fmt.Errorf("model script: turn %d's otherwise answers neither text nor tool calls", i)
 		}
 	}
 	return &s, nil

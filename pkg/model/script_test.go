@@ -167,6 +167,7 @@ func TestLoadScript(t *testing.T) {
 		{"turns missing", `{"model": "m"}`, "no turns"},
 		{"empty turn", `{"turns": [{"response": {"text": "x"}}, {"expect": "y", "response": {}}]}`, "turn 1"},
 		{"not JSON", `turns: []`, "model script"},
+		{"data after the object", `{"turns": [{"response": {"text": "x"}}]} {"turns": []}`, "data after"},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,7 +235,6 @@ func TestDescribe(t *testing.T) {
 // The rule that a turn answers something holds for its Otherwise too: an
 // empty Otherwise would end a run with an empty answer.
 func TestLoadScriptRefusesAnEmptyOtherwise(t *testing.T) {
-	t.Skip("BUG: pkg/model/script.go LoadScript checks only Turn.Response for text or tool calls, not Turn.Otherwise: an empty otherwise loads")
 	s, err := model.LoadScript([]byte(`{"turns": [{"expect": "pay_", "response": {"text": "refunded"}, "otherwise": {}}]}`))
 	if err == nil {
 		t.Fatalf("loaded %+v, want an error for the empty otherwise", s)
