@@ -81,7 +81,7 @@ func TestWorkerCommandStopsPromptly(t *testing.T) {
 		// Let it reach its fetch loop.
 		testenv.Eventually(t, 10*time.Second, "claim registered", func() bool {
 			r := runCLI("start", "nosuch", "--id", "x", "--nats", n.URL)
-			return r.code == 2 && strings.Contains(r.stderr, "claim]")
+			return r.code == 2 && strings.Contains(r.stderr, " claim ") && strings.Contains(r.stderr, "refund-agent]")
 		})
 		t0 := time.Now()
 		cancel()
