@@ -153,14 +153,14 @@ func TestStepTimeout(t *testing.T) {
 // consumer's (which would make the other workers' heartbeats too slow).
 func TestConsumerSettingsAreKept(t *testing.T) {
 	h := newHarness(t, "redis")
-	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), nil) // AckWait 2s
-	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), func(c *worker.Config) { c.AckWait = 45 * time.Second })
+	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), func(c *worker.Config) { c.MaxAckPending = 5000 }) // AckWait 2s
+	h.startWorker(steps.NewRegistry().MustRegister(pipeline()), func(c *worker.Config) { c.AckWait, c.MaxAckPending = 45*time.Second, 10 })
 	c, err := h.js.Consumer(context.Background(), queue.StepStream, queue.ConsumerName("pipeline"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if aw := c.CachedInfo().Config.AckWait; aw != 2*time.Second {
-		t.Fatalf("consumer ack wait %s, want the first worker's 2s", aw)
+	if aw, maxPending := c.CachedInfo().Config.AckWait, c.CachedInfo().Config.MaxAckPending; aw != 2*time.Second || maxPending != 5000 {
+		t.Fatalf("consumer ack wait %s, max ack pending %d; want the first worker's 2s and 5000", aw, maxPending)
 	}
 	h.start("pipeline", "k-1", "")
 	h.waitStatus("k-1", checkpoint.StatusCompleted, 20*time.Second)

@@ -42,6 +42,12 @@ type Config struct {
 	Budget checkpoint.Budget
 	// StreamReplicas for the streams the worker provisions. Default 1.
 	StreamReplicas int
+	// MaxAckPending of a workflow's shared consumer when this worker
+	// creates it: the most steps of the workflow in flight across the
+	// whole fleet (Little's law: steps/s x seconds per step). Default 0,
+	// the server's default (1,000). A consumer that exists keeps its
+	// settings: raise it with `nats consumer edit DURABLE_STEPS steps-<workflow> --max-pending N`.
+	MaxAckPending int
 	// Logger for structured logs. Default: zerolog's global logger.
 	Logger *zerolog.Logger
 	// Crash injects crashes for tests and the demo (DURABLE_CRASH syntax,
@@ -145,8 +151,8 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Registry == nil || len(cfg.Registry.Names()) == 0 {
 		errs = append(errs, errors.New("worker: Config.Registry must hold at least one workflow"))
 	}
-	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.DrainTimeout < 0 {
-		errs = append(errs, errors.New("worker: Concurrency, AckWait and DrainTimeout must not be negative"))
+	if cfg.Concurrency < 0 || cfg.AckWait < 0 || cfg.DrainTimeout < 0 || cfg.MaxAckPending < 0 {
+		errs = append(errs, errors.New("worker: Concurrency, AckWait, DrainTimeout and MaxAckPending must not be negative"))
 	}
 	if cfg.AckWait > 0 && cfg.AckWait < 500*time.Millisecond {
 		errs = append(errs, fmt.Errorf("worker: AckWait %s is too short (min 500ms)", cfg.AckWait))
@@ -201,7 +207,7 @@ func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 	}
 	var cons []jetstream.Consumer
 	for _, name := range w.cfg.Registry.Names() {
-		c, err := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(name, w.cfg.AckWait, 0))
+		c, err := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(name, w.cfg.AckWait, w.cfg.MaxAckPending))
 		if err != nil {
 			return nil, err
 		}
@@ -298,7 +304,7 @@ func (w *Worker) recreateIfGone(ctx context.Context, workflow string, err error)
 	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
 		return nil
 	}
-	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, 0))
+	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
 	if cerr != nil {
 		w.log.Warn().Err(cerr).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and could not be created again")
 		return nil
