@@ -164,6 +164,7 @@ func (b *Bench) result(m *Meter, lat []time.Duration, tps []Throughput) Result {
 		res.RedisCPUSPer1000Steps = redis.Seconds() / per1k
 		res.BenchCPUSPer1000Steps = self.Seconds() / per1k
 	}
+	res.PerStep = averageCost(tps)
 	if rss, err := m.WorkerPeakRSS(); err == nil {
 		res.WorkerPeakRSSMiB = float64(rss) / (1 << 20)
 	}
@@ -272,6 +273,8 @@ type Throughput struct {
 	// CPU used meanwhile by the worker process, redis-server, and this
 	// process (the driver and the embedded nats-server).
 	WorkerCPU, RedisCPU, BenchCPU time.Duration
+	// Cost is what a step cost the servers.
+	Cost *StepCost
 }
 
 // Throughput starts n runs at once (startConcurrency starts in flight)
@@ -282,6 +285,7 @@ func (m *Meter) Throughput(ctx context.Context, n int) (Throughput, error) {
 	tp := Throughput{Runs: n, Steps: n * StepsPerRun}
 	reached := m.acks.expect(tp.Steps)
 	before := m.b.cpu(m.worker.pid())
+	costBefore := m.b.costSample(ctx)
 	m.b.progress.begin(label, tp.Steps)
 
 	began := time.Now()
@@ -299,6 +303,8 @@ func (m *Meter) Throughput(ctx context.Context, n int) (Throughput, error) {
 		return tp, err
 	}
 	after := m.b.cpu(m.worker.pid())
+	cost := m.b.costSample(ctx).perStep(costBefore, tp.Steps)
+	tp.Cost = &cost
 	tp.Wall = done.Sub(began)
 	tp.StepsPerS = float64(tp.Steps) / tp.Wall.Seconds()
 	tp.WorkerCPU = after.worker - before.worker

@@ -56,6 +56,8 @@ type Result struct {
 	// throughput / floor's, p50 / floor's.
 	ThroughputVsFloor float64 `json:"throughput_vs_floor,omitempty"`
 	P50VsFloor        float64 `json:"p50_vs_floor,omitempty"`
+	// PerStep is what a step cost the servers in the throughput phases.
+	PerStep *StepCost `json:"per_step,omitempty"`
 }
 
 func (r *Report) floor() *Result {
@@ -116,6 +118,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "; worker log level %s\n\n", r.WorkerLogLevel)
 	if len(r.Results) > 0 {
 		if err := r.writeClaims(&b); err != nil {
+			return err
+		}
+		if err := r.writeCosts(&b); err != nil {
 			return err
 		}
 	}
