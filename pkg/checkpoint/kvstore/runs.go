@@ -137,8 +137,64 @@ func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 
 // scan calls fn with the latest entry of every key matching filter, using
 // one ordered consumer instead of a get per key.
+//
+// On a replicated bucket the consumer sits on any replica, and a follower
+// can lag the writes its leader acknowledged: a due entry indexed a
+// moment ago would be missing from the scheduler's claim. So the scan
+// first asks the leader for the newest message on filter, and reads again
+// until the watcher has delivered it.
 func (s *Store) scan(ctx context.Context, filter string, fn func(jetstream.KeyValueEntry) error) error {
-	w, err := s.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if s.directGet != "" { // one replica: the watcher reads the leader's store
+		return s.watch(ctx, filter, jetstream.IgnoreDeletes(), fn)
+	}
+	for attempt := 1; ; attempt++ {
+		_, newest, err := s.getLast(ctx, filter)
+		if err != nil {
+			return err
+		}
+		var entries []jetstream.KeyValueEntry
+		var seen uint64
+		err = s.watch(ctx, filter, nil, func(e jetstream.KeyValueEntry) error {
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				entries = append(entries, e)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if seen >= newest.rev {
+			for _, e := range entries {
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if attempt == scanAttempts {
+			return fmt.Errorf("scan %s: the replica serving the watcher is behind its leader (sequence %d, leader %d) after %d tries", filter, seen, newest.rev, attempt)
+		}
+		select {
+		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// scanAttempts bounds the reads of a scan on a lagging replica (about 2 s
+// of waiting in all).
+const scanAttempts = 20
+
+// watch delivers the latest entry of every key matching filter (delete
+// markers too, unless opt ignores them) to fn.
+func (s *Store) watch(ctx context.Context, filter string, opt jetstream.WatchOpt, fn func(jetstream.KeyValueEntry) error) error {
+	var opts []jetstream.WatchOpt
+	if opt != nil {
+		opts = append(opts, opt)
+	}
+	w, err := s.kv.Watch(ctx, filter, opts...)
 	if err != nil {
 		return err
 	}
