@@ -81,6 +81,11 @@ type puller struct {
 	jobs     chan<- job
 	clock    *stepClock
 	backoff  time.Duration
+	// gone: the consumer was seen deleted and is not created again yet.
+	// Later errors of the old subscription need not say so again (a pull
+	// on a deleted consumer times out), so every failure retries the
+	// creation until it succeeds.
+	gone bool
 }
 
 func (p *puller) run(ctx context.Context) {
@@ -111,8 +116,7 @@ func (p *puller) run(ctx context.Context) {
 // failed handles a pull error: a consumer that is gone is created again,
 // anything else is retried after a backoff.
 func (p *puller) failed(ctx context.Context, err error) {
-	if nc := p.w.recreateIfGone(ctx, p.workflow, err); nc != nil {
-		p.c = nc
+	if p.recreate(ctx, err) {
 		return
 	}
 	p.w.log.Warn().Err(err).Str("workflow", p.workflow).Dur("retry_in", p.backoff).Msg("pulling steps failed")
@@ -121,6 +125,18 @@ func (p *puller) failed(ctx context.Context, err error) {
 	case <-ctx.Done():
 	}
 	p.backoff = min(p.backoff*2, 5*time.Second)
+}
+
+// recreate creates the consumer again when err says it is gone, or when it
+// was seen gone before and is not back yet; true once it is.
+func (p *puller) recreate(ctx context.Context, err error) bool {
+	p.gone = p.gone || consumerGone(err)
+	nc := p.w.recreateIfGone(ctx, p.workflow, p.gone)
+	if nc == nil {
+		return false
+	}
+	p.c, p.gone = nc, false
+	return true
 }
 
 // acquire blocks for a free slot; false once ctx ended.
@@ -179,9 +195,7 @@ more:
 	p.w.release(n - got)
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 		p.w.log.Debug().Err(err).Msg("fetch ended")
-		if nc := p.w.recreateIfGone(ctx, p.workflow, err); nc != nil {
-			p.c = nc
-		}
+		p.recreate(ctx, err)
 	}
 	return nil
 }

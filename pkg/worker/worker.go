@@ -297,11 +297,17 @@ func (w *Worker) release(n int) {
 	}
 }
 
-// recreateIfGone creates a workflow's consumer again when err says it was
-// deleted (by an operator, or lost with the server's state), rather than
-// poll a consumer that is gone. It returns nil for any other error.
-func (w *Worker) recreateIfGone(ctx context.Context, workflow string, err error) jetstream.Consumer {
-	if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrConsumerDeleted) {
+// consumerGone reports whether err says a consumer was deleted (by an
+// operator, or lost with the server's state).
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
+}
+
+// recreateIfGone creates a workflow's consumer again when gone (see
+// consumerGone), rather than poll a consumer that is gone. It returns nil
+// when not gone or when the consumer could not be created (yet).
+func (w *Worker) recreateIfGone(ctx context.Context, workflow string, gone bool) jetstream.Consumer {
+	if !gone {
 		return nil
 	}
 	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
