@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/durable-run/durable/internal/queue"
@@ -200,10 +201,14 @@ func TestRetryThenDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := dlq.GetLastMsgForSubject(ctx, queue.DLQSubject("flaky", "f-dead"))
-	if err != nil {
-		t.Fatalf("dead letter: %v", err)
-	}
+	// The run is marked dead before its dead letter is published (a
+	// duplicate delivery that loses the race must publish nothing): the
+	// letter follows the status.
+	var msg *jetstream.RawStreamMsg
+	testenv.Eventually(t, 10*time.Second, "dead letter of f-dead", func() bool {
+		msg, err = dlq.GetLastMsgForSubject(ctx, queue.DLQSubject("flaky", "f-dead"))
+		return err == nil
+	})
 	dl := decode[queue.DeadLetter](t, msg.Data)
 	if dl.RunID != "f-dead" || dl.Step != 1 || dl.Attempt != 3 {
 		t.Errorf("dead letter %+v", dl)
