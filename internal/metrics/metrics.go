@@ -26,6 +26,8 @@ type Metrics struct {
 	deadLetters     *prometheus.CounterVec
 	toolReplays     *prometheus.CounterVec
 	toolConflicts   *prometheus.CounterVec
+
+	readiness readiness
 }
 
 var (

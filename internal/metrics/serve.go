@@ -2,27 +2,82 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 )
 
-// Mux serves /metrics from m, and /healthz and /readyz (200 while the
-// process serves).
+// Mux serves /metrics from m; /healthz (liveness: 200 while the process
+// serves) and /readyz (readiness: 200 when every check added with
+// Ready passes, else 503 naming the failures).
 func Mux(m *Metrics) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
-	ok := func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"ok":true}` + "\n"))
-	}
-	mux.HandleFunc("/healthz", ok)
-	mux.HandleFunc("/readyz", ok)
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		failed := m.readiness.check(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if len(failed) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(struct {
+			OK     bool              `json:"ok"`
+			Failed map[string]string `json:"failed,omitempty"`
+		}{len(failed) == 0, failed})
+	})
 	return mux
+}
+
+// readiness holds the checks /readyz runs.
+type readiness struct {
+	mu     sync.Mutex
+	checks map[string]func(context.Context) error
+}
+
+// Ready adds a readiness check under name (replacing one of that name):
+// /readyz answers 503 while it fails. A check should be cheap (a ping, a
+// connection's state): it runs on every probe, with a 2 s timeout.
+func (m *Metrics) Ready(name string, check func(context.Context) error) {
+	m.readiness.mu.Lock()
+	defer m.readiness.mu.Unlock()
+	if m.readiness.checks == nil {
+		m.readiness.checks = map[string]func(context.Context) error{}
+	}
+	m.readiness.checks[name] = check
+}
+
+// check runs the checks at once; the failed ones by name.
+func (r *readiness) check(ctx context.Context) map[string]string {
+	r.mu.Lock()
+	checks := make(map[string]func(context.Context) error, len(r.checks))
+	maps.Copy(checks, r.checks)
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := map[string]string{}
+	for name, fn := range checks {
+		wg.Go(func() {
+			if err := fn(ctx); err != nil {
+				mu.Lock()
+				failed[name] = err.Error()
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
 }
 
 // Listen opens addr for Serve, so that a bad address fails at start.
