@@ -65,6 +65,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer s.Close()
+		c.warnFewReplicas(ctx, s, log)
 		srv, err := approver.New(approver.Config{
 			Client: client.New(s.js, s.store), Store: s.store, Tokens: set, FourEyes: *fourEyes,
 			Logger: &log, EventSecrets: systems, NATS: s.nc, Metrics: m.Handler(),

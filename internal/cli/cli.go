@@ -53,9 +53,13 @@ Usage:
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
-nats://127.0.0.1:4222), --redis URL (DURABLE_REDIS_URL; empty uses the
-JetStream KV store on the same NATS). --metrics ADDR serves /metrics,
-/healthz and /readyz (off by default).
+nats://127.0.0.1:4222; several comma-separated for a cluster), --redis URL
+(DURABLE_REDIS_URL; a Redis Cluster as
+redis+cluster://host1:port?addr=host2:port&addr=host3:port; empty uses the
+JetStream KV store on the same NATS), --replicas N (DURABLE_REPLICAS,
+default 1; 3 on a NATS cluster) for the streams and buckets a process
+creates. --metrics ADDR serves /metrics, /healthz and /readyz (off by
+default).
 `
 
 // Main runs the durable command and returns its exit code.

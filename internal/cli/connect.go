@@ -47,6 +47,11 @@ type conn struct {
 	natsInbox string
 	redisTLS  tlsFiles
 
+	// replicas of the streams and buckets this process creates when they
+	// are missing (settle parses replicasArg; 1 when not given).
+	replicas    int
+	replicasArg string
+
 	// fromEnv are the flags that fall back to env when not given.
 	fromEnv []*envFlag
 }
@@ -72,11 +77,14 @@ func (c *conn) register(fs *flag.FlagSet) {
 	c.flag(fs, &c.natsInbox, "nats-inbox-prefix", "DURABLE_NATS_INBOX_PREFIX", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
 		"subject `prefix` of this process's replies, one its NATS user may subscribe to (deploy/nats: _INBOX_<user>)")
 	c.flag(fs, &c.redisURL, "redis", "DURABLE_REDIS_URL", "",
-		"Redis `URL` of the checkpoint store: redis://[user:password@]host:port[/db], rediss:// for TLS, unix:///path; empty uses JetStream KV")
+		"Redis `URL` of the checkpoint store: redis://[user:password@]host:port[/db], rediss:// for TLS, unix:///path; "+
+			"a Redis Cluster as redis+cluster://[user:password@]host1:port?addr=host2:port&addr=host3:port (rediss+cluster:// for TLS); empty uses JetStream KV")
 	c.flag(fs, &c.redisTLS.ca, "redis-tls-ca", "DURABLE_REDIS_TLS_CA", "", "PEM `file` of the CA that signed the Redis server's certificate (rediss:// URLs)")
 	c.flag(fs, &c.redisTLS.cert, "redis-tls-cert", "DURABLE_REDIS_TLS_CERT", "", "PEM client certificate `file`, for a Redis with tls-auth-clients")
 	c.flag(fs, &c.redisTLS.key, "redis-tls-key", "DURABLE_REDIS_TLS_KEY", "", "PEM client key `file` of --redis-tls-cert")
 	c.flag(fs, &c.bucket, "kv-bucket", "DURABLE_KV_BUCKET", defaultBucket, "JetStream KV `bucket` of the checkpoint store when no Redis URL is given")
+	c.flag(fs, &c.replicasArg, "replicas", "DURABLE_REPLICAS", "1",
+		"`replicas` of the JetStream streams and buckets this process creates when they are missing: 1 on one server, 3 (or 5) on a NATS cluster; existing ones keep theirs")
 }
 
 // flag registers a string flag that falls back to env when not given. def
@@ -109,7 +117,7 @@ func (f *envFlag) Set(v string) error {
 
 // settle fills what the command line left out from env and defaults, then
 // checks that the settings fit together. Errors are usage errors.
-func (c *conn) settle() error {
+func (c *conn) settle() (err error) {
 	for _, f := range c.fromEnv {
 		if !f.set {
 			if v := os.Getenv(f.env); v != "" {
@@ -157,8 +165,11 @@ func (c *conn) settle() error {
 	if (c.redisTLS.cert == "") != (c.redisTLS.key == "") {
 		return usagef("Redis TLS: --redis-tls-cert and --redis-tls-key go together")
 	}
-	if c.redisTLS.any() && !strings.HasPrefix(c.redisURL, "rediss://") {
-		return usagef("Redis TLS: --redis-tls-ca, --redis-tls-cert and --redis-tls-key need a rediss:// URL (--redis, env DURABLE_REDIS_URL)")
+	if c.redisTLS.any() && !strings.HasPrefix(c.redisURL, "rediss://") && !strings.HasPrefix(c.redisURL, "rediss+cluster://") {
+		return usagef("Redis TLS: --redis-tls-ca, --redis-tls-cert and --redis-tls-key need a rediss:// URL, or rediss+cluster:// for a Redis Cluster (--redis, env DURABLE_REDIS_URL)")
+	}
+	if c.replicas, err = parseReplicas(c.replicasArg); err != nil {
+		return err
 	}
 	if p := c.natsInbox; p != "" && (strings.ContainsAny(p, "*> \t") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".")) {
 		return usagef("--nats-inbox-prefix %q: want subject tokens without wildcards or a trailing dot, e.g. _INBOX_worker", p)
@@ -256,24 +267,27 @@ func (c *conn) open(ctx context.Context, name string, log zerolog.Logger) (*sess
 		return nil, err
 	}
 	if c.redisURL != "" {
-		opt, err := c.redisOptions()
-		if err != nil {
+		if s.rdb, err = c.redisClient(); err != nil {
 			s.Close()
 			return nil, err
 		}
-		s.rdb = redis.NewClient(opt)
-		if err := s.rdb.Ping(ctx).Err(); err != nil {
+		if err := c.checkRedis(ctx, s.rdb); err != nil {
 			s.Close()
-			return nil, fmt.Errorf("connect to Redis at %s: %w%s", redactURL(c.redisURL), c.scrubbed(err), redisHint(err))
+			return nil, err
 		}
+		ev := log.Info().Str("url", redactURL(c.redisURL))
+		if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+			ev = ev.Bool("cluster", true).Int("seeds", len(cc.Options().Addrs))
+		}
+		ev.Msg("connected to Redis")
 		s.store = redisstore.New(s.rdb, redisstore.Options{})
 		return s, nil
 	}
-	st, err := kvstore.New(ctx, s.js, kvstore.Options{Bucket: c.bucket})
+	st, err := kvstore.New(ctx, s.js, kvstore.Options{Bucket: c.bucket, Replicas: c.replicas})
 	if err != nil {
 		why := denied(nc)
 		s.Close()
-		return nil, fmt.Errorf("open JetStream KV store: %w%s", err, why)
+		return nil, c.replicasError(fmt.Errorf("open JetStream KV store: %w%s", err, why))
 	}
 	s.store = st
 	return s, nil
@@ -339,57 +353,6 @@ func (c *conn) natsAuthKind() string {
 		return "url"
 	}
 	return "none"
-}
-
-func (c *conn) redisOptions() (*redis.Options, error) {
-	opt, err := redis.ParseURL(c.redisURL)
-	if err != nil {
-		// url.Parse quotes the whole URL, password included: keep only
-		// what it says is wrong.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, usagef("redis URL %s: %s (want redis://[user:password@]host:port[/db], rediss:// for TLS; escape special characters in the password)", redactURL(c.redisURL), c.scrub(err))
-	}
-	if opt.TLSConfig == nil {
-		return opt, nil
-	}
-	if c.redisTLS.ca != "" {
-		pem, err := os.ReadFile(c.redisTLS.ca)
-		if err != nil {
-			return nil, usagef("--redis-tls-ca %s: %v", c.redisTLS.ca, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usagef("--redis-tls-ca %s: no PEM certificate in it", c.redisTLS.ca)
-		}
-		opt.TLSConfig.RootCAs = pool
-	}
-	if c.redisTLS.cert != "" {
-		cert, err := tls.LoadX509KeyPair(c.redisTLS.cert, c.redisTLS.key)
-		if err != nil {
-			return nil, usagef("--redis-tls-cert %s / --redis-tls-key %s: %v", c.redisTLS.cert, c.redisTLS.key, err)
-		}
-		opt.TLSConfig.Certificates = []tls.Certificate{cert}
-	}
-	return opt, nil
-}
-
-// redisHint says what to do about the usual refusals.
-func redisHint(err error) string {
-	var op *net.OpError
-	switch {
-	case redis.IsAuthError(err):
-		return " (check the user and password in the Redis URL: redis://user:password@host:port)"
-	case redis.IsPermissionError(err):
-		return " (the Redis ACL user lacks a command or key the store needs)"
-	case isCertError(err):
-		return " (the server's certificate is not trusted: pass its CA with --redis-tls-ca)"
-	case errors.As(err, &op) && op.Op == "remote error":
-		return " (the server refused the TLS session: if it verifies clients (tls-auth-clients), pass --redis-tls-cert and --redis-tls-key)"
-	}
-	return ""
 }
 
 // scrub removes the secrets of c from an error message, in case a library
@@ -547,10 +510,39 @@ func redactURL(u string) string {
 		// The last '@' ends the user info even when the password holds an
 		// unescaped '@'; hiding too much is the safe side.
 		if at := strings.LastIndex(rest, "@"); at >= 0 {
-			parts[i] = scheme + "***" + rest[at:]
+			rest = "***" + rest[at:]
 		}
+		parts[i] = scheme + redactQuery(rest)
 	}
 	return strings.Join(parts, ",")
+}
+
+// redactQuery hides the values of query parameters whose names suggest a
+// secret: no URL of ours takes one there (a password belongs in the user
+// info), but a mistaken one must not end up in a log.
+func redactQuery(s string) string {
+	base, query, ok := strings.Cut(s, "?")
+	if !ok {
+		return s
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		name, _, hasValue := strings.Cut(p, "=")
+		lower := strings.ToLower(name)
+		if hasValue && secretParam(lower) {
+			params[i] = name + "=***"
+		}
+	}
+	return base + "?" + strings.Join(params, "&")
+}
+
+func secretParam(name string) bool {
+	for _, s := range []string{"pass", "pwd", "secret", "token", "auth", "cred", "key"} {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // userInfos returns the user info of every URL in a comma-separated list,

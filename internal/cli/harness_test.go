@@ -80,7 +80,7 @@ func newEnv(t *testing.T, kind string) *env {
 	})
 	// Connection settings come from flags only; nothing from the outer
 	// environment may redirect the CLI.
-	for _, k := range []string{"DURABLE_NATS_URL", "DURABLE_REDIS_URL", "DURABLE_KV_BUCKET", "DURABLE_CRASH", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
+	for _, k := range []string{"DURABLE_NATS_URL", "DURABLE_REDIS_URL", "DURABLE_KV_BUCKET", "DURABLE_REPLICAS", "DURABLE_CRASH", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("DURABLE_PAYMENTS_URL", de.PaymentsURL())

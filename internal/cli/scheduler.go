@@ -10,7 +10,6 @@ import (
 
 	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/scheduler"
-	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"
 )
 
@@ -73,11 +72,12 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		defer s.Close()
+		c.warnFewReplicas(ctx, s, log)
 		cfg := scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Parallel: *parallel, Logger: &log}
 		if *retention > 0 {
-			blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+			blobs, err := c.openBlobs(ctx, s)
 			if err != nil {
-				return fmt.Errorf("open the blob store for --blob-retention: %w", err)
+				return fmt.Errorf("--blob-retention: %w", err)
 			}
 			cfg.Blobs, cfg.BlobRetention = blobs, *retention
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/durable-run/durable/internal/examples/refundagent"
 	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/pkg/agent"
-	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -85,19 +84,21 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 			return err
 		}
 		defer s.Close()
-		blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+		c.warnFewReplicas(ctx, s, log)
+		blobs, err := c.openBlobs(ctx, s)
 		if err != nil {
-			return fmt.Errorf("open the blob store (Object Store bucket DURABLE_BLOBS): %w", err)
+			return err
 		}
 		w, err := worker.New(worker.Config{
 			JetStream: s.js, Store: s.store, Registry: reg,
-			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain,
+			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain, StreamReplicas: c.replicas,
 			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"), Metrics: m, Blobs: blobs,
 		})
 		if err != nil {
 			return usageError{err.Error()}
 		}
-		return w.Run(ctx)
+		// Run provisions the streams (with --replicas) before it pulls.
+		return c.replicasError(w.Run(ctx))
 	})
 }
 
