@@ -26,7 +26,8 @@ type Options struct {
 	Replicas int
 	// Storage of the bucket when New creates it. Default file storage.
 	Storage jetstream.StorageType
-	// Timeout bounds a commit when ctx has no deadline. Default 5s.
+	// Timeout bounds each request of the store when ctx has no deadline.
+	// Default 5s.
 	Timeout time.Duration
 }
 

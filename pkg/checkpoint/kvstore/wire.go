@@ -53,6 +53,17 @@ const (
 	noResponderWait    = 250 * time.Millisecond
 )
 
+// bounded gives a request of the store its own deadline (the store's
+// Timeout) when ctx has none: a request JetStream drops, as it does while
+// a replicated bucket has no leader, would otherwise wait forever, and the
+// CLI's contexts have no deadline.
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // getLast reads the newest message on any key matching filter (wildcards
 // allowed) and returns its subject: one direct get when the bucket allows
 // them (s.directGet set), otherwise one leader read.
@@ -60,7 +71,9 @@ func (s *Store) getLast(ctx context.Context, filter string) (string, entry, erro
 	if s.directGet == "" {
 		return s.leaderGet(ctx, filter)
 	}
-	msg, err := s.nc.RequestWithContext(ctx, s.directGet+filter, nil)
+	rctx, cancel := s.bounded(ctx)
+	msg, err := s.nc.RequestWithContext(rctx, s.directGet+filter, nil)
+	cancel()
 	if err != nil {
 		return "", entry{}, fmt.Errorf("read newest of %s: %w", filter, err)
 	}
@@ -78,7 +91,9 @@ func (s *Store) get(ctx context.Context, key string) (entry, error) {
 		_, e, err := s.leaderGet(ctx, key)
 		return e, err
 	}
-	msg, err := s.nc.RequestWithContext(ctx, s.directGet+key, nil)
+	rctx, cancel := s.bounded(ctx)
+	msg, err := s.nc.RequestWithContext(rctx, s.directGet+key, nil)
+	cancel()
 	if err != nil {
 		return entry{}, fmt.Errorf("read %s: %w", key, err)
 	}
@@ -186,7 +201,9 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64) (
 	var reply *nats.Msg
 	var err error
 	for attempt := 0; ; attempt++ {
-		reply, err = s.nc.RequestMsgWithContext(ctx, msg)
+		rctx, cancel := s.bounded(ctx)
+		reply, err = s.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
 		if !errors.Is(err, nats.ErrNoResponders) || attempt == noResponderRetries {
 			break
 		}

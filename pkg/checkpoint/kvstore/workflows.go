@@ -106,7 +106,9 @@ func (s *Store) lastSeq(ctx context.Context, filter string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	msg, err := s.nc.RequestWithContext(ctx, s.msgGet, req)
+	rctx, cancel := s.bounded(ctx)
+	msg, err := s.nc.RequestWithContext(rctx, s.msgGet, req)
+	cancel()
 	if err != nil {
 		return 0, err
 	}
