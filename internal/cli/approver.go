@@ -54,6 +54,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer ln.Close()
 	m := metrics.Default()
+	waitReady(m)
 	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
 	if err != nil {
 		return usageError{err.Error()}
@@ -64,6 +65,7 @@ func RunApprover(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		s.ready(m)
 		defer s.Close()
 		c.warnFewReplicas(ctx, s, log)
 		srv, err := approver.New(approver.Config{

@@ -47,6 +47,7 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(stderr, "scheduler")
 	useRedisLogger(log)
 	m := metrics.Default()
+	waitReady(m)
 	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
 	if err != nil {
 		return usageError{err.Error()}
@@ -71,6 +72,7 @@ func RunScheduler(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		s.ready(m)
 		defer s.Close()
 		c.warnFewReplicas(ctx, s, log)
 		cfg := scheduler.Config{Client: client.New(s.js, s.store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Parallel: *parallel, Logger: &log}

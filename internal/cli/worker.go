@@ -73,6 +73,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 	useRedisLogger(log)
 	reg := workflows()
 	m := metrics.Default()
+	waitReady(m)
 	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
 	if err != nil {
 		return usageError{err.Error()}
@@ -83,6 +84,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		if err != nil {
 			return err
 		}
+		s.ready(m)
 		defer s.Close()
 		c.warnFewReplicas(ctx, s, log)
 		blobs, err := c.openBlobs(ctx, s)

@@ -1,0 +1,36 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/durable-run/durable/internal/metrics"
+)
+
+// notConnected is the readiness of a command before its first session.
+func notConnected(context.Context) error { return errors.New("not connected yet") }
+
+// waitReady makes /readyz fail until a session is open (see ready).
+func waitReady(m *metrics.Metrics) {
+	m.Ready("nats", notConnected)
+}
+
+// ready makes /readyz follow the session's connections: NATS connected
+// (a reconnecting client is not ready), Redis answering PING when the
+// store is Redis. A session closed for a retry fails both until the next
+// one replaces them.
+func (s *session) ready(m *metrics.Metrics) {
+	nc := s.nc
+	m.Ready("nats", func(context.Context) error {
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("nats connection %s", st)
+		}
+		return nil
+	})
+	if rdb := s.rdb; rdb != nil {
+		m.Ready("redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+	}
+}
