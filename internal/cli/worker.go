@@ -60,6 +60,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 	c.register(fs)
 	concurrency := fs.Int("concurrency", 16, "steps run at once")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery timeout of an unacknowledged step (heartbeats extend it)")
+	maxAckPending := fs.Int("max-ack-pending", 0, "steps of a workflow in flight across the fleet, set on the workflow's consumer when this worker creates it (default: the server's, 1000); an existing consumer keeps its own")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long in-flight steps may finish (default: the ack wait)")
 	metricsAddr := fs.String("metrics", "", metricsUsage)
 	pos, err := parseArgs(fs, args)
@@ -68,6 +69,9 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 	}
 	if len(pos) > 0 {
 		return usagef("worker: unexpected argument %q", pos[0])
+	}
+	if *concurrency < 0 || *maxAckPending < 0 {
+		return usagef("worker: --concurrency and --max-ack-pending must not be negative")
 	}
 	log := newLogger(stderr, "worker")
 	useRedisLogger(log)
@@ -93,7 +97,7 @@ func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows f
 		}
 		w, err := worker.New(worker.Config{
 			JetStream: s.js, Store: s.store, Registry: reg,
-			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain, StreamReplicas: c.replicas,
+			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain, StreamReplicas: c.replicas, MaxAckPending: *maxAckPending,
 			Logger: &log, Crash: os.Getenv("DURABLE_CRASH"), Metrics: m, Blobs: blobs,
 		})
 		if err != nil {
