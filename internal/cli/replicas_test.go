@@ -93,10 +93,9 @@ func TestReplicasOnNATSCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The KV store's reads are raw requests without a timeout of their own
-	// (a known bug: see TestKVStoreReadsWithoutLeaderGiveUp in
-	// internal/fleet): a command run before the new bucket has elected its
-	// leader would wait forever. The worker's bucket gets a leader first.
+	// A command run before the worker's new bucket has elected its leader
+	// waits out the store's timeout (TestKVStoreReadsWithoutLeaderGiveUp
+	// in internal/fleet); the bucket gets its leader first.
 	testenv.Eventually(t, 30*time.Second, "the KV bucket created by the worker, with a leader", func() bool {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 		defer scancel()

@@ -1,7 +1,16 @@
-// Package fleet runs durable's servers as clusters of processes on one
-// machine, without containers, for tests: a JetStream cluster of
-// nats-server processes (StartNATSCluster) and a Redis Cluster of
-// redis-server processes, primaries and replicas (StartRedisCluster), all
-// on 127.0.0.1, whose nodes a test can SIGKILL and start again on their
-// data, and which are stopped at cleanup.
+// Package fleet runs durable as a fleet on one machine, without
+// containers: a JetStream cluster of nats-server processes, a Redis
+// Cluster of redis-server processes (primaries and replicas), the demo
+// payments API, and worker and scheduler processes of the reference
+// binary, all on 127.0.0.1 and stopped at cleanup.
+//
+// The helpers (Start, StartNATSCluster, StartRedisCluster, Proc) serve the
+// tests of this package and other packages' tests that need a cluster:
+//
+//   - TestFleet (DURABLE_FLEET=1, `make fleet`) runs claims and agent runs
+//     while it SIGKILLs a NATS node, fails over a Redis primary and
+//     SIGKILLs a worker that is waiting for a payment's answer, then
+//     checks that every run completed and paid once, and prints a summary.
+//
+// It skips without its variable, so `go test ./...` stays quick.
 package fleet
