@@ -11,6 +11,9 @@
 //     while it SIGKILLs a NATS node, fails over a Redis primary and
 //     SIGKILLs a worker that is waiting for a payment's answer, then
 //     checks that every run completed and paid once, and prints a summary.
+//   - TestFleetScale (DURABLE_FLEET_SCALE=1) measures throughput with 1, 2
+//     and 4 worker processes, on the cluster and on single servers.
 //
-// It skips without its variable, so `go test ./...` stays quick.
+// Both skip without their variable, so `go test ./...` stays quick. See
+// docs/fleet.md.
 package fleet
