@@ -58,6 +58,9 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m,
+		// nats.go v1.55 jetstream: the reconnect watcher of an async publisher
+		// (Object Store puts) can start on a nil status channel and block forever.
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
 		// The embedded nats-server and go-redis keep background goroutines
 		// that end shortly after their owners are closed.
 		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
