@@ -67,6 +67,7 @@ func (p *Proc) Start() error {
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), p.env...)
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
