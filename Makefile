@@ -12,10 +12,24 @@ export GOTOOLCHAIN ?= go1.27.3
 TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test deps vet unit demo build chaos lint staticcheck vulncheck fuzz
+.PHONY: test deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale
 
 test: deps lint
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The fleet test (internal/fleet, docs/fleet.md): a 3-node NATS cluster
+# (streams at R3), Redis Cluster 3 primaries + 3 replicas, 4 workers and 2
+# schedulers on loopback; kills the step stream's leader, fails over a
+# Redis primary, kills a worker; checks every run completed and one
+# payment per claim and refund. About 1.5 minutes.
+fleet: deps
+	DURABLE_FLEET=1 $(GO) test -race -count=1 -timeout 20m -run 'TestFleet$$' -v ./internal/fleet
+
+# Throughput with 1, 2 and 4 worker processes, on the cluster and on single
+# servers (docs/fleet.md). DURABLE_FLEET_SCALE_SLOW=1 makes the payments
+# API answer 50-250 ms after paying.
+fleet-scale: deps
+	DURABLE_FLEET_SCALE=1 $(GO) test -count=1 -timeout 30m -run 'TestFleetScale$$' -v ./internal/fleet
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
