@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/payments"
+	"github.com/durable-run/durable/internal/testenv"
 )
 
 // Fault kinds.
@@ -245,7 +246,7 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 				pids = append(pids, p)
 			}
 		}
-		m := byPid[peerPid(remote, pids)]
+		m := byPid[testenv.PeerPID(remote, pids)]
 		if m == nil || !fired.CompareAndSwap(false, true) {
 			return
 		}

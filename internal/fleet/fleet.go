@@ -326,7 +326,7 @@ func (f *Fleet) PaidWorker() *Service {
 	}
 	var found *Service
 	f.unanswered.Range(func(k, _ any) bool {
-		if pid := peerPid(k.(string), list); pid != 0 {
+		if pid := testenv.PeerPID(k.(string), list); pid != 0 {
 			found = pids[pid]
 			return false
 		}

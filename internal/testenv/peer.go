@@ -1,4 +1,4 @@
-package chaos
+package testenv
 
 import (
 	"bufio"
@@ -9,11 +9,11 @@ import (
 	"strings"
 )
 
-// peerPid finds which of pids owns the client end of a loopback TCP
+// PeerPID finds which of pids owns the client end of a loopback TCP
 // connection whose remote address (as the server sees it) is remote: the
 // socket's inode from /proc/net/tcp, then the process holding it. Linux
 // only; 0 when not found.
-func peerPid(remote string, pids []int) int {
+func PeerPID(remote string, pids []int) int {
 	_, portStr, err := net.SplitHostPort(remote)
 	if err != nil {
 		return 0
