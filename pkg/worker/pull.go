@@ -168,6 +168,13 @@ func (p *puller) dispatch(ctx context.Context, msg jetstream.Msg) {
 
 // fetch asks the server for as many messages as there are free slots, at
 // least one, and dispatches them as they arrive.
+//
+// Only a request that answers at once (no wait) holds more than one slot:
+// waiting for messages holds exactly one. A fetch that waited with every
+// free slot held them for up to fetchWait on an empty consumer, and in a
+// worker with several workflows the idle ones took turns holding nearly
+// all the slots while the busy one's steps waited for a slot (a worker of
+// 64 slots kept about 7 steps in flight).
 func (p *puller) fetch(ctx context.Context) error {
 	if !p.acquire(ctx) {
 		return nil
@@ -182,10 +189,30 @@ more:
 			break more
 		}
 	}
-	batch, err := p.c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
+	if n > 1 {
+		got, err := p.fetchBatch(ctx, n, p.c.FetchNoWait)
+		if err != nil || got > 0 {
+			return err
+		}
+		// Nothing waiting (fetchBatch released the slots): wait for a
+		// message with one slot.
+		if !p.acquire(ctx) {
+			return nil
+		}
+	}
+	_, err := p.fetchBatch(ctx, 1, func(n int) (jetstream.MessageBatch, error) {
+		return p.c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
+	})
+	return err
+}
+
+// fetchBatch fetches up to n messages for the n slots held, dispatches
+// what arrives, releases the slots left over and returns how many came.
+func (p *puller) fetchBatch(ctx context.Context, n int, fetch func(int) (jetstream.MessageBatch, error)) (int, error) {
+	batch, err := fetch(n)
 	if err != nil {
 		p.w.release(n)
-		return err
+		return 0, err
 	}
 	got := 0
 	for msg := range batch.Messages() {
@@ -197,7 +224,7 @@ more:
 		p.w.log.Debug().Err(err).Msg("fetch ended")
 		p.recreate(ctx, err)
 	}
-	return nil
+	return got, nil
 }
 
 // stream keeps one pull subscription holding up to size messages ahead of
