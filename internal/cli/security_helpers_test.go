@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,9 +40,41 @@ func startNATSConf(t *testing.T, conf string, env ...string) *confServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A free port can be taken by another test process between the probe
+	// and the server's bind: start again on new ports when that happens.
+	for attempt := 1; ; attempt++ {
+		s, exited := startNATSConfOnce(t, string(text), conf, env)
+		if attempt < 3 && lostPortRace(s, exited) {
+			continue
+		}
+		waitListening(t, "tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), s.log, exited)
+		return s
+	}
+}
+
+// lostPortRace reports whether the server exited because its port was
+// taken meanwhile (it waits until the server listens or exits).
+func lostPortRace(s *confServer, exited <-chan struct{}) bool {
+	for range 200 {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port)); err == nil {
+			c.Close()
+			return false
+		}
+		select {
+		case <-exited:
+			return strings.Contains(s.Log(), "address already in use")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+// startNATSConfOnce renders conf on new ports and starts nats-server on it.
+func startNATSConfOnce(t *testing.T, text, conf string, env []string) (*confServer, <-chan struct{}) {
+	t.Helper()
 	dir := t.TempDir()
 	port, mport := freePort(t), freePort(t)
-	rendered := string(text)
+	rendered := text
 	for _, r := range []struct{ re, repl string }{
 		{`(?m)^port:.*$`, fmt.Sprintf("port: %d", port)},
 		{`(?m)^http_port:.*$`, fmt.Sprintf("http_port: %d", mport)},
@@ -71,8 +104,7 @@ func startNATSConf(t *testing.T, conf string, env ...string) *confServer {
 		<-exited
 		_ = logf.Close()
 	})
-	waitListening(t, "tcp", fmt.Sprintf("127.0.0.1:%d", port), s.log, exited)
-	return s
+	return s, exited
 }
 
 // waitProcess returns a channel closed when cmd has exited.
