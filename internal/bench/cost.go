@@ -124,43 +124,36 @@ func infoFields(info string) map[string]string {
 // averageCost is the mean of the phases' costs, weighted by their steps.
 func averageCost(tps []Throughput) *StepCost {
 	var steps int
-	var sum StepCost
-	sum.RedisByCommand = map[string]float64{}
+	sum := StepCost{RedisByCommand: map[string]float64{}}
 	for _, tp := range tps {
-		if tp.Cost == nil {
-			continue
+		if tp.Cost != nil {
+			steps += tp.Steps
+			sum.addScaled(*tp.Cost, float64(tp.Steps))
 		}
-		w := float64(tp.Steps)
-		steps += tp.Steps
-		sum.RedisCommands += tp.Cost.RedisCommands * w
-		for k, v := range tp.Cost.RedisByCommand {
-			sum.RedisByCommand[k] += v * w
-		}
-		sum.RedisNetInBytes += tp.Cost.RedisNetInBytes * w
-		sum.RedisNetOutByte += tp.Cost.RedisNetOutByte * w
-		sum.NATSInMsgs += tp.Cost.NATSInMsgs * w
-		sum.NATSOutMsgs += tp.Cost.NATSOutMsgs * w
-		sum.NATSInBytes += tp.Cost.NATSInBytes * w
-		sum.NATSOutBytes += tp.Cost.NATSOutBytes * w
 	}
 	if steps == 0 {
 		return nil
 	}
-	n := float64(steps)
-	for k := range sum.RedisByCommand {
-		sum.RedisByCommand[k] /= n
+	avg := StepCost{RedisByCommand: map[string]float64{}}
+	avg.addScaled(sum, 1/float64(steps))
+	if len(avg.RedisByCommand) == 0 {
+		avg.RedisByCommand = nil
 	}
-	if len(sum.RedisByCommand) == 0 {
-		sum.RedisByCommand = nil
+	return &avg
+}
+
+// addScaled adds o times w to c.
+func (c *StepCost) addScaled(o StepCost, w float64) {
+	c.RedisCommands += o.RedisCommands * w
+	for k, v := range o.RedisByCommand {
+		c.RedisByCommand[k] += v * w
 	}
-	sum.RedisCommands /= n
-	sum.RedisNetInBytes /= n
-	sum.RedisNetOutByte /= n
-	sum.NATSInMsgs /= n
-	sum.NATSOutMsgs /= n
-	sum.NATSInBytes /= n
-	sum.NATSOutBytes /= n
-	return &sum
+	c.RedisNetInBytes += o.RedisNetInBytes * w
+	c.RedisNetOutByte += o.RedisNetOutByte * w
+	c.NATSInMsgs += o.NATSInMsgs * w
+	c.NATSOutMsgs += o.NATSOutMsgs * w
+	c.NATSInBytes += o.NATSInBytes * w
+	c.NATSOutBytes += o.NATSOutBytes * w
 }
 
 // writeCosts prints the per-step cost table.

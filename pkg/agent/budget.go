@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -130,14 +129,11 @@ func ParsePrices(s string) (Prices, error) {
 
 // Cost of usage on the model named name; ok is false when no price names it.
 func (p Prices) Cost(name string, u model.Usage) (cost float64, ok bool) {
+	// Two names that are both prefixes of name and of one length are
+	// the same name: the longest is unique, in any order.
 	best := ""
 	found := false
-	names := make([]string, 0, len(p))
 	for n := range p {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
 		if strings.HasPrefix(name, n) && (!found || len(n) > len(best)) {
 			best, found = n, true
 		}

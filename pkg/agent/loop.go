@@ -379,12 +379,12 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 	case tool == nil:
 		res.Content, res.IsError = fmt.Sprintf("%v: %q (the tools are %s)", errNoSuchTool, call.Name, strings.Join(l.toolNames(), ", ")), true
 	default:
-		o, rejected, err := l.approve(s, st, tool, call, key)
-		if err != nil || o != nil {
-			if o != nil {
-				return *o, nil
-			}
+		wait, rejected, err := approve(s, tool, call, key)
+		if err != nil {
 			return steps.Outcome[State]{}, err
+		}
+		if wait != nil {
+			return steps.Wait(st, *wait), nil
 		}
 		if rejected != "" {
 			res.Content, res.IsError = rejected, true
@@ -415,9 +415,9 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 	return steps.Next(StepModel, st), nil
 }
 
-// approve applies the tool's approval gate to call: an outcome to return
-// (park), the text of a rejection to tell the model, or neither (go on).
-func (l *loop) approve(s *steps.Context, st State, tool *Tool, call model.ToolCall, key Key) (*steps.Outcome[State], string, error) {
+// approve applies the tool's approval gate to call: the request to park
+// on, the text of a rejection to tell the model, or neither (go on).
+func approve(s *steps.Context, tool *Tool, call model.ToolCall, key Key) (*steps.ApprovalRequest, string, error) {
 	a := tool.approval
 	if a == nil {
 		return nil, "", nil
@@ -440,8 +440,7 @@ func (l *loop) approve(s *steps.Context, st State, tool *Tool, call model.ToolCa
 		return nil, "", err
 	}
 	if d == nil {
-		o := steps.Wait(st, req)
-		return &o, "", nil
+		return &req, "", nil
 	}
 	if d.Decision != "approved" {
 		return nil, fmt.Sprintf("not run: %s rejected this call (%s)", d.By, cmp.Or(d.Reason, "no reason given")), nil

@@ -47,9 +47,7 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 	if err != nil {
 		return Result{}, fmt.Errorf("model call %s: %w", name, err)
 	}
-	called := false
 	rec, err := steps.CallNoted(ctx, s, name, prompt, func(ctx context.Context) (Recorded, error) {
-		called = true
 		resp, err := m.Complete(ctx, req)
 		if err != nil {
 			return Recorded{}, err
@@ -61,7 +59,7 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 	}
 	// Replayed also when this attempt called but a concurrent attempt
 	// recorded first: the run continues with that recording.
-	res := Result{Response: rec.Response, Replayed: !called || s.Replayed(name)}
+	res := Result{Response: rec.Response, Replayed: s.Replayed(name)}
 	if res.Replayed {
 		if rec.Asked != req.Model {
 			res.Changed = append(res.Changed, "model")

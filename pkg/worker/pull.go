@@ -131,7 +131,10 @@ func (p *puller) failed(ctx context.Context, err error) {
 // was seen gone before and is not back yet; true once it is.
 func (p *puller) recreate(ctx context.Context, err error) bool {
 	p.gone = p.gone || consumerGone(err)
-	nc := p.w.recreateIfGone(ctx, p.workflow, p.gone)
+	if !p.gone {
+		return false
+	}
+	nc := p.w.recreateConsumer(ctx, p.workflow)
 	if nc == nil {
 		return false
 	}

@@ -303,13 +303,10 @@ func consumerGone(err error) bool {
 	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
 }
 
-// recreateIfGone creates a workflow's consumer again when gone (see
-// consumerGone), rather than poll a consumer that is gone. It returns nil
-// when not gone or when the consumer could not be created (yet).
-func (w *Worker) recreateIfGone(ctx context.Context, workflow string, gone bool) jetstream.Consumer {
-	if !gone {
-		return nil
-	}
+// recreateConsumer creates a workflow's consumer again once it is gone
+// (see consumerGone), rather than poll a consumer that is gone. It returns
+// nil when the consumer could not be created (yet).
+func (w *Worker) recreateConsumer(ctx context.Context, workflow string) jetstream.Consumer {
 	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
 	if cerr != nil {
 		w.log.Warn().Err(cerr).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and could not be created again")
