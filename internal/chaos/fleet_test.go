@@ -8,11 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/durable-run/durable/internal/testenv"
 )
 
 func freeAddr(t testing.TB) string {
@@ -111,7 +112,7 @@ func (f *fleetProcs) supervise(m *member) {
 		if killed {
 			m.kills++
 		} else if !m.stopping {
-			m.exits = append(m.exits, exit{member: m.name, gen: gen, status: exitStatus(cmd, err), at: time.Now(), tail: lastLines(log, 3)})
+			m.exits = append(m.exits, exit{member: m.name, gen: gen, status: testenv.ExitStatus(cmd, err), at: time.Now(), tail: testenv.LastLines(log, 3)})
 		}
 		stopping := m.stopping
 		m.mu.Unlock()
@@ -124,16 +125,6 @@ func (f *fleetProcs) supervise(m *member) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-}
-
-func exitStatus(cmd *exec.Cmd, err error) string {
-	if cmd.ProcessState == nil {
-		return fmt.Sprint(err)
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exit %d", cmd.ProcessState.ExitCode())
 }
 
 // kill SIGKILLs the member's process if it runs and is not frozen; the
@@ -226,24 +217,6 @@ func (f *fleetProcs) stopAll() {
 		m.mu.Unlock()
 	}
 	<-done
-}
-
-func lastLines(path string, n int) string {
-	fh, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer fh.Close()
-	var lines []string
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // logLine is the part of a worker's JSON log line the suite reads.

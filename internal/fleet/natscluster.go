@@ -164,7 +164,7 @@ func (c *NATSCluster) WaitHealthy(timeout time.Duration) error {
 	}
 	var tails []string
 	for _, n := range c.Nodes {
-		tails = append(tails, n.Name+":\n"+lastLines(n.Proc.Log(), 8))
+		tails = append(tails, n.Name+":\n"+testenv.LastLines(n.Proc.Log(), 8))
 	}
 	return fmt.Errorf("NATS cluster not healthy after %s: %v\n%s", timeout, last, strings.Join(tails, "\n"))
 }

@@ -1,17 +1,17 @@
 package fleet
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/durable-run/durable/internal/testenv"
 )
 
 // Proc is one process of the fleet, started and SIGKILLed by the test,
@@ -81,7 +81,7 @@ func (p *Proc) Start() error {
 		logf.Close()
 		p.mu.Lock()
 		if !p.killing {
-			p.exits = append(p.exits, Exit{Proc: p.Name, Gen: gen, Status: exitStatus(cmd, err), At: time.Now(), Tail: lastLines(log, 5)})
+			p.exits = append(p.exits, Exit{Proc: p.Name, Gen: gen, Status: testenv.ExitStatus(cmd, err), At: time.Now(), Tail: testenv.LastLines(log, 5)})
 		}
 		if p.cmd == cmd {
 			p.cmd = nil
@@ -168,42 +168,14 @@ func (p *Proc) waitReady(timeout time.Duration, ready func() error) error {
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited while starting: %s", p.Name, lastLines(p.Log(), 10))
+			return fmt.Errorf("%s exited while starting: %s", p.Name, testenv.LastLines(p.Log(), 10))
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s: %v\n%s", p.Name, timeout, err, lastLines(p.Log(), 10))
+			return fmt.Errorf("%s not ready after %s: %v\n%s", p.Name, timeout, err, testenv.LastLines(p.Log(), 10))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func exitStatus(cmd *exec.Cmd, err error) string {
-	if cmd.ProcessState == nil {
-		return fmt.Sprint(err)
-	}
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "signal " + ws.Signal().String()
-	}
-	return fmt.Sprintf("exit %d", cmd.ProcessState.ExitCode())
-}
-
-func lastLines(path string, n int) string {
-	fh, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer fh.Close()
-	var lines []string
-	sc := bufio.NewScanner(fh)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // freePort is a free loopback port; with bus, port+10000 is free too (a
