@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -34,6 +35,9 @@ const (
 	streamMax = 8
 	// fetchWait bounds one fetch of free slots when the consumer is idle.
 	fetchWait = time.Second
+	// streamExpiry is how long each pull of an open subscription waits;
+	// the server sends heartbeats at half of it.
+	streamExpiry = 10 * time.Second
 )
 
 // job is one delivery handed to a step goroutine, with the clock of the
@@ -129,8 +133,14 @@ func (p *puller) failed(ctx context.Context, err error) {
 
 // recreate creates the consumer again when err says it is gone, or when it
 // was seen gone before and is not back yet; true once it is.
+//
+// A consumer deleted while no pull request of ours was waiting on it says
+// nothing: the next pull finds no one to answer it (no responders), and a
+// stream of pulls just stops getting heartbeats. Those errors are also
+// what a server restart or a leader election looks like, so the server is
+// asked whether the consumer still exists before it is created again.
 func (p *puller) recreate(ctx context.Context, err error) bool {
-	p.gone = p.gone || consumerGone(err)
+	p.gone = p.gone || consumerGone(err) || p.missing(ctx, err)
 	if !p.gone {
 		return false
 	}
@@ -140,6 +150,16 @@ func (p *puller) recreate(ctx context.Context, err error) bool {
 	}
 	p.c, p.gone = nc, false
 	return true
+}
+
+// missing reports whether err may come from a deleted consumer and the
+// server says the consumer does not exist.
+func (p *puller) missing(ctx context.Context, err error) bool {
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+		return false
+	}
+	_, ierr := p.c.Info(ctx)
+	return errors.Is(ierr, jetstream.ErrConsumerNotFound)
 }
 
 // acquire blocks for a free slot; false once ctx ended.
@@ -223,9 +243,11 @@ func (p *puller) fetchBatch(ctx context.Context, n int, fetch func(int) (jetstre
 		p.dispatch(ctx, msg)
 	}
 	p.w.release(n - got)
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
-		p.w.log.Debug().Err(err).Msg("fetch ended")
-		p.recreate(ctx, err)
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		// The caller creates the consumer again if it is gone, or
+		// waits before the next pull: a pull that fails at once (no
+		// responders) must not be repeated in a tight loop.
+		return got, err
 	}
 	return got, nil
 }
@@ -236,7 +258,11 @@ func (p *puller) fetchBatch(ctx context.Context, n int, fetch func(int) (jetstre
 // messages already delivered to it are dispatched (or, when shutting
 // down, handed back) before it returns.
 func (p *puller) stream(ctx context.Context, size int) error {
-	it, err := p.c.Messages(jetstream.PullMaxMessages(size))
+	// Missing heartbeats end the subscription with an error rather than
+	// be retried inside it: a consumer deleted while none of its pulls
+	// was waiting is only seen that way (see recreate). The expiry sets
+	// the heartbeat to half of it, so that is seen within 10 s.
+	it, err := p.c.Messages(jetstream.PullMaxMessages(size), jetstream.PullExpiry(streamExpiry), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return err
 	}
