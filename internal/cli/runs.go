@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,6 +126,9 @@ func printRun(w io.Writer, v client.RunView) {
 	if v.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", v.Error)
 	}
+	for _, n := range stateNotices(v.State) {
+		fmt.Fprintf(w, "notice: %s\n", cut(n, 200))
+	}
 	if v.Wait != nil {
 		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
 			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cut(string(v.Wait.Payload), 200))
@@ -178,6 +182,19 @@ func printRun(w io.Writer, v client.RunView) {
 		}
 	}
 	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// stateNotices is the "notices" list of a run's state, if it has one:
+// what a workflow says changed under the run (an agent loop: the model or
+// its tools since the run started).
+func stateNotices(state json.RawMessage) []string {
+	var st struct {
+		Notices []string `json:"notices"`
+	}
+	if len(state) == 0 || json.Unmarshal(state, &st) != nil {
+		return nil
+	}
+	return st.Notices
 }
 
 // stepDetail says what a committed step did beyond its row: effects, calls

@@ -303,3 +303,45 @@ func TestGatedToolParksWithTheCall(t *testing.T) {
 		}
 	}
 }
+
+// A run parked for approval resumes on a worker deployed with another model
+// and another tool schema: the run finishes and its state says both changed.
+func TestRedeployWithOtherModelIsNoticed(t *testing.T) {
+	m := &fakeModel{answer: func(turn int, req model.Request) (model.Response, error) {
+		if turn == 0 {
+			return toolCall(0, "refund", `{"amount": 500}`), nil
+		}
+		return answer("done"), nil
+	}}
+	refund := func(desc string) *agent.Tool {
+		return agent.NewTool("refund", desc, "", func(_ context.Context, key agent.Key, a struct{ Amount int }) (string, error) {
+			return fmt.Sprintf("refunded %d", a.Amount), nil
+		}).Effect().NeedsApproval(agent.Approval{Group: "leads"})
+	}
+	flow := func(modelName, desc string) steps.Definition {
+		return agent.New(agent.Config{Name: "redeployed", Version: 1, Model: m, ModelName: modelName, Tools: []*agent.Tool{refund(desc)}})
+	}
+	blobs := blob.NewMemory("DURABLE_BLOBS")
+	f := testfleet.New(t, "redis")
+	_, stop := f.StartWorker(steps.NewRegistry().MustRegister(flow("fake-1", "Refund.")), func(c *worker.Config) { c.Blobs = blobs })
+	f.Start("redeployed", "notice-1", `{"message": "refund"}`)
+	run := f.WaitStatus("notice-1", checkpoint.StatusWaiting, 30*time.Second)
+	stop()
+	f.StartWorker(steps.NewRegistry().MustRegister(flow("fake-2", "Refund an order.")), func(c *worker.Config) { c.Blobs = blobs })
+	if _, err := f.Client.Decide(context.Background(), client.Decision{RunID: "notice-1", By: "lee", Channel: "cli", PayloadSHA256: run.Wait.PayloadSHA256}); err != nil {
+		t.Fatal(err)
+	}
+	f.WaitStatus("notice-1", checkpoint.StatusCompleted, 30*time.Second)
+	cps := f.Checkpoints("notice-1")
+	st := stateOf(t, cps[len(cps)-1])
+	if st.Answer != "done" {
+		t.Fatalf("answer %q", st.Answer)
+	}
+	want := []string{"the model changed since the run started: fake-1, now fake-2", "the tools changed since the run started: schema "}
+	if len(st.Notices) != 2 || st.Notices[0] != want[0] || !strings.HasPrefix(st.Notices[1], want[1]) {
+		t.Fatalf("notices %q, want %q and %q...", st.Notices, want[0], want[1])
+	}
+	if first := stateOf(t, cps[0]); len(first.Notices) != 0 {
+		t.Fatalf("notices before the redeploy: %q", first.Notices)
+	}
+}
