@@ -13,6 +13,7 @@ import (
 
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
@@ -296,29 +297,16 @@ func (r *report) print(w io.Writer) {
 	row("unexpected exits", "%d (processes that ended without being killed)", len(r.exits))
 	row("time", "%s in all: %s of faults, %s to settle", r.wall.Round(time.Second), r.chaos.Round(time.Second), r.settle.Round(time.Second))
 	tw.Flush()
-	limit := func(title string, items []string) {
-		if len(items) == 0 {
-			return
-		}
-		fmt.Fprintf(w, "%s (%d):\n", title, len(items))
-		for i, s := range items {
-			if i == 20 {
-				fmt.Fprintf(w, "  ... %d more\n", len(items)-20)
-				break
-			}
-			fmt.Fprintf(w, "  %s\n", s)
-		}
-	}
-	limit("lost runs", r.lost)
-	limit("violations", r.problems)
-	limit("dead or failed runs", r.deadReasons)
-	limit("step failures counted", r.stepFailures)
-	limit("zombies", r.zombieLines)
+	testenv.PrintList(w, "lost runs", r.lost)
+	testenv.PrintList(w, "violations", r.problems)
+	testenv.PrintList(w, "dead or failed runs", r.deadReasons)
+	testenv.PrintList(w, "step failures counted", r.stepFailures)
+	testenv.PrintList(w, "zombies", r.zombieLines)
 	var exits []string
 	for _, x := range r.exits {
 		exits = append(exits, fmt.Sprintf("%s (gen %d) %s at %s: %s", x.member, x.gen, x.status, x.at.Format("15:04:05.000"), strings.ReplaceAll(x.tail, "\n", " | ")))
 	}
-	limit("unexpected exits", exits)
+	testenv.PrintList(w, "unexpected exits", exits)
 	var st []string
 	for code, n := range r.decideStatus {
 		st = append(st, fmt.Sprintf("%d×%d", n, code))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
@@ -306,31 +307,18 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(w, "  longest pause in checkpoint commits within 20s of the %s kill: %s\n", k, longestPause(r.commits, at, 20*time.Second).Round(10*time.Millisecond))
 		}
 	}
-	limit := func(title string, items []string) {
-		if len(items) == 0 {
-			return
-		}
-		fmt.Fprintf(w, "%s (%d):\n", title, len(items))
-		for i, s := range items {
-			if i == 20 {
-				fmt.Fprintf(w, "  ... %d more\n", len(items)-20)
-				break
-			}
-			fmt.Fprintf(w, "  %s\n", s)
-		}
-	}
-	limit("fault errors", r.faultErrs)
-	limit("runs not completed", r.notDone)
-	limit("violations", r.problems)
-	limit("step failures counted", r.failures)
-	limit("CROSSSLOT lines", r.crossSlot)
+	testenv.PrintList(w, "fault errors", r.faultErrs)
+	testenv.PrintList(w, "runs not completed", r.notDone)
+	testenv.PrintList(w, "violations", r.problems)
+	testenv.PrintList(w, "step failures counted", r.failures)
+	testenv.PrintList(w, "CROSSSLOT lines", r.crossSlot)
 	var exits []string
 	for _, x := range r.exits {
 		exits = append(exits, fmt.Sprintf("%s (gen %d) %s at %s: %s", x.Proc, x.Gen, x.Status, x.At.Format("15:04:05.000"), strings.ReplaceAll(x.Tail, "\n", " | ")))
 	}
-	limit("unexpected exits", exits)
-	limit("start errors", countLines(r.startErrs))
-	limit("decision errors", countLines(r.decideErrs))
+	testenv.PrintList(w, "unexpected exits", exits)
+	testenv.PrintList(w, "start errors", countLines(r.startErrs))
+	testenv.PrintList(w, "decision errors", countLines(r.decideErrs))
 }
 
 func sumInts(m map[string]int) int {

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -39,4 +40,20 @@ func LastLines(path string, n int) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// PrintList writes a report's list as "title (n):" and the first 20 items,
+// one per line; nothing when items is empty.
+func PrintList(w io.Writer, title string, items []string) {
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s (%d):\n", title, len(items))
+	for i, s := range items {
+		if i == 20 {
+			fmt.Fprintf(w, "  ... %d more\n", len(items)-20)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", s)
+	}
 }
