@@ -15,7 +15,7 @@ func notConnected(context.Context) error { return errors.New("not connected yet"
 
 // waitReady makes /readyz fail until a session is open (see ready).
 func waitReady(m *metrics.Metrics) {
-	m.Ready("nats", notConnected)
+	m.Ready(map[string]func(context.Context) error{"nats": notConnected})
 }
 
 // ready makes /readyz follow the session's connections: NATS connected
@@ -24,13 +24,16 @@ func waitReady(m *metrics.Metrics) {
 // one replaces them.
 func (s *session) ready(m *metrics.Metrics) {
 	nc := s.nc
-	m.Ready("nats", func(context.Context) error {
-		if st := nc.Status(); st != nats.CONNECTED {
-			return fmt.Errorf("nats connection %s", st)
-		}
-		return nil
-	})
-	if rdb := s.rdb; rdb != nil {
-		m.Ready("redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() })
+	checks := map[string]func(context.Context) error{
+		"nats": func(context.Context) error {
+			if st := nc.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("nats connection %s", st)
+			}
+			return nil
+		},
 	}
+	if rdb := s.rdb; rdb != nil {
+		checks["redis"] = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+	}
+	m.Ready(checks)
 }

@@ -44,16 +44,16 @@ type readiness struct {
 	checks map[string]func(context.Context) error
 }
 
-// Ready adds a readiness check under name (replacing one of that name):
-// /readyz answers 503 while it fails. A check should be cheap (a ping, a
-// connection's state): it runs on every probe, with a 2 s timeout.
-func (m *Metrics) Ready(name string, check func(context.Context) error) {
+// Ready sets the readiness checks, replacing every earlier one: /readyz
+// answers 503 while one of them fails. A command sets what its current
+// connections need, so a check of a connection it no longer has (closed
+// by a reconnect, or a store it does not use) never lingers. A check
+// should be cheap (a ping, a connection's state): it runs on every probe,
+// with a 2 s timeout.
+func (m *Metrics) Ready(checks map[string]func(context.Context) error) {
 	m.readiness.mu.Lock()
 	defer m.readiness.mu.Unlock()
-	if m.readiness.checks == nil {
-		m.readiness.checks = map[string]func(context.Context) error{}
-	}
-	m.readiness.checks[name] = check
+	m.readiness.checks = maps.Clone(checks)
 }
 
 // check runs the checks at once; the failed ones by name.

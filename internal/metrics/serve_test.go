@@ -33,8 +33,10 @@ func TestReadinessChecks(t *testing.T) {
 	}
 	natsDown := errors.New("nats: disconnected")
 	var down error = natsDown
-	m.Ready("nats", func(context.Context) error { return down })
-	m.Ready("store", func(context.Context) error { return nil })
+	m.Ready(map[string]func(context.Context) error{
+		"nats":  func(context.Context) error { return down },
+		"store": func(context.Context) error { return nil },
+	})
 	code, body := get("/readyz")
 	failed, _ := body["failed"].(map[string]any)
 	if code != http.StatusServiceUnavailable || body["ok"] != false || failed["nats"] != "nats: disconnected" || len(failed) != 1 {
@@ -46,5 +48,11 @@ func TestReadinessChecks(t *testing.T) {
 	down = nil
 	if code, body := get("/readyz"); code != 200 || body["ok"] != true {
 		t.Fatalf("nats back: %d %v", code, body)
+	}
+	// A new set replaces the old one: the failing store check is gone.
+	m.Ready(map[string]func(context.Context) error{"store": func(context.Context) error { return errors.New("down") }})
+	m.Ready(map[string]func(context.Context) error{"nats": func(context.Context) error { return nil }})
+	if code, body := get("/readyz"); code != 200 || body["ok"] != true {
+		t.Fatalf("after replacing the checks: %d %v", code, body)
 	}
 }
