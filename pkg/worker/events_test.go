@@ -1,8 +1,10 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,13 +20,19 @@ import (
 )
 
 // Every status change of a run is published on
-// durable.events.<workflow>.<status>, in order, after it is stored.
+// durable.events.<workflow>.<status> after it is stored, once, with the
+// run's revision to order it.
+//
+// Events are compared in Rev order, not arrival order: the event of a
+// change is published after the change is stored, so a decision the test
+// makes as soon as it sees the run waiting can publish its "running"
+// before the worker's "waiting" arrives.
 func TestStatusEventsFollowTheRun(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t, kind)
 			var mu sync.Mutex
-			got := map[string][]string{}
+			got := map[string][]queue.StatusEvent{}
 			sub, err := h.nc.Subscribe("durable.events.gate.*", func(m *nats.Msg) {
 				var ev queue.StatusEvent
 				if err := json.Unmarshal(m.Data, &ev); err != nil {
@@ -35,7 +43,7 @@ func TestStatusEventsFollowTheRun(t *testing.T) {
 					t.Errorf("event %s on %s", ev.Status, m.Subject)
 				}
 				mu.Lock()
-				got[ev.RunID] = append(got[ev.RunID], ev.Status)
+				got[ev.RunID] = append(got[ev.RunID], ev)
 				mu.Unlock()
 			})
 			if err != nil {
@@ -65,11 +73,29 @@ func TestStatusEventsFollowTheRun(t *testing.T) {
 				"no-1": "running waiting running failed",
 				"cx-1": "running waiting cancelled",
 			}
+			byRev := func(id string) string {
+				evs := slices.Clone(got[id])
+				slices.SortStableFunc(evs, func(a, b queue.StatusEvent) int { return cmp.Compare(a.Rev, b.Rev) })
+				var ss []string
+				for _, ev := range evs {
+					ss = append(ss, ev.Status)
+				}
+				return join(ss)
+			}
+			defer func() {
+				if t.Failed() {
+					mu.Lock()
+					defer mu.Unlock()
+					for id := range want {
+						t.Logf("%s: events in Rev order: %s", id, byRev(id))
+					}
+				}
+			}()
 			testenv.Eventually(t, 5*time.Second, "every status event", func() bool {
 				mu.Lock()
 				defer mu.Unlock()
 				for id, w := range want {
-					if join(got[id]) != w {
+					if byRev(id) != w {
 						return false
 					}
 				}
