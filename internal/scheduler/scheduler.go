@@ -205,9 +205,13 @@ func (s *Scheduler) Sweep(ctx context.Context) int {
 
 func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
 	log := s.log.With().Str("run_id", id).Logger()
+	// The entry is finished only if it still holds this claim: once the
+	// policy published a wake or a resume, the step may park the run again
+	// and index its new deadline before this goroutine gets here.
+	leaseUntil := now.Add(s.cfg.Lease)
 	res, err := s.cfg.Client.Expire(ctx, id, now)
 	if errors.Is(err, checkpoint.ErrNotFound) {
-		_ = s.store.UnindexDue(ctx, id)
+		_ = s.store.FinishDue(ctx, id, leaseUntil, time.Time{})
 		return
 	}
 	if err != nil {
@@ -229,12 +233,7 @@ func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
 	if res.Action != client.ExpireNone {
 		log.Info().Str("action", res.Action).Time("next", res.Next).Msg("wait expired")
 	}
-	if res.Next.IsZero() {
-		err = s.store.UnindexDue(ctx, id)
-	} else {
-		err = s.store.IndexDue(ctx, id, res.Next)
-	}
-	if err != nil {
+	if err := s.store.FinishDue(ctx, id, leaseUntil, res.Next); err != nil {
 		s.c.errors.Add(1)
 		log.Warn().Err(err).Msg("update deadline index")
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/internal/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -191,6 +192,47 @@ func TestDurableTimer(t *testing.T) {
 				t.Errorf("woke after %s, before the timer", woke.Sub(began))
 			}
 			if kinds(done) != "timer" {
+				t.Errorf("audit %q", kinds(done))
+			}
+		})
+	}
+}
+
+// slowFinish is the real store, with the scheduler slow to finish a
+// claim: it gets there only after the woken step ran and parked again.
+type slowFinish struct{ checkpoint.Store }
+
+func (s slowFinish) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
+	time.Sleep(300 * time.Millisecond)
+	return s.Store.FinishDue(ctx, id, leaseUntil, next)
+}
+
+func (s slowFinish) UnindexDue(ctx context.Context, id string) error {
+	time.Sleep(300 * time.Millisecond)
+	return s.Store.UnindexDue(ctx, id)
+}
+
+// A woken step that sleeps again indexes its new deadline before the
+// scheduler is done with the old one; the scheduler must not remove it
+// (it did: the run then waited for the repair pass, a minute or more).
+func TestTimerAfterTimer(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			sleep := func(next string) steps.StepFunc[state] {
+				return func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
+					return steps.SleepUntil(next, st, time.Now().Add(100*time.Millisecond)), nil
+				}
+			}
+			flow := steps.New[state]("twice", 1).Step("a", sleep("b")).Step("b", sleep("c")).
+				Step("c", func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(flow), nil)
+			f.StartScheduler(func(c *scheduler.Config) { c.Client = client.New(f.JS, slowFinish{f.Store}) })
+			f.Start("twice", "tt-1", "")
+			done := f.WaitStatus("tt-1", checkpoint.StatusCompleted, 15*time.Second)
+			if kinds(done) != "timer,timer" {
 				t.Errorf("audit %q", kinds(done))
 			}
 		})

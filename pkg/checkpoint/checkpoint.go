@@ -403,6 +403,13 @@ type Store interface {
 	// became claimable (the due time, or the end of a lapsed lease); times
 	// count in milliseconds; limit must be at least 1 and lease at least 1ms.
 	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
+	// FinishDue ends a claim of run id that ClaimDue made at now with lease
+	// (leaseUntil = now + lease): if the entry is still as that claim left
+	// it, it moves to next, or is removed when next is zero. An entry
+	// written since, by a worker parking the run again (IndexDue) or by a
+	// later claim after the lease lapsed, is left alone: the claimer's
+	// view of the run is older than that writer's. No error if absent.
+	FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error
 	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
 	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
 	// Workflows lists registered workflows, one entry per name and version.

@@ -96,6 +96,57 @@ func testDueUnindex(t *testing.T, s checkpoint.Store) {
 	wantClaim(t, s, "re-indexed after removal", base.Add(3*time.Second), 10, "un-a")
 }
 
+func mustFinishDue(t *testing.T, s checkpoint.Store, id string, leaseUntil, next time.Time) {
+	t.Helper()
+	if err := s.FinishDue(ctx(t), id, leaseUntil, next); err != nil {
+		t.Fatalf("FinishDue(%s, %v, %v): %v", id, leaseUntil, next, err)
+	}
+}
+
+// A claimer finishes its claim: the entry it claimed is removed or moved,
+// but an entry written since (the run parked again, or claimed again after
+// the lease lapsed) is left to its writer.
+func testDueFinish(t *testing.T, s checkpoint.Store) {
+	mustFinishDue(t, s, "fin-never-indexed", base.Add(lease), time.Time{})
+
+	mustIndexDue(t, s, "fin-1", base)
+	wantClaim(t, s, "fin-1 due", base, 10, "fin-1")
+	mustFinishDue(t, s, "fin-1", base.Add(lease), time.Time{})
+	wantClaim(t, s, "fin-1 finished: removed", base.Add(time.Hour), 10)
+
+	mustIndexDue(t, s, "fin-2", base)
+	wantClaim(t, s, "fin-2 due", base, 10, "fin-2")
+	mustFinishDue(t, s, "fin-2", base.Add(lease), base.Add(time.Minute))
+	wantClaim(t, s, "fin-2 moved: not due before", base.Add(time.Minute-time.Millisecond), 10)
+	wantClaim(t, s, "fin-2 moved: due at next", base.Add(time.Minute), 10, "fin-2")
+	mustFinishDue(t, s, "fin-2", base.Add(time.Minute+lease), time.Time{})
+
+	// The woken step parked the run again before the claimer finished:
+	// its new deadline stands, whether it is in or after the old lease.
+	for i, again := range []time.Duration{lease / 2, time.Minute} {
+		id := fmt.Sprintf("fin-parked-%d", i)
+		mustIndexDue(t, s, id, base)
+		wantClaim(t, s, id+" due", base, 10, id)
+		mustIndexDue(t, s, id, base.Add(again))
+		mustFinishDue(t, s, id, base.Add(lease), time.Time{})
+		mustFinishDue(t, s, id, base.Add(lease), base.Add(time.Hour))
+		wantClaim(t, s, id+": the new deadline stands", base.Add(again), 10, id)
+		mustFinishDue(t, s, id, base.Add(again+lease), time.Time{})
+	}
+
+	// A claimer outlived its lease and another claimed the entry: the
+	// late finish leaves the second claim alone.
+	mustIndexDue(t, s, "fin-late", base)
+	wantClaim(t, s, "fin-late first claim", base, 10, "fin-late")
+	second := base.Add(lease + time.Millisecond)
+	wantClaim(t, s, "fin-late second claim", second, 10, "fin-late")
+	mustFinishDue(t, s, "fin-late", base.Add(lease), time.Time{})
+	wantClaim(t, s, "fin-late: the second claim holds", second.Add(lease-time.Millisecond), 10)
+	wantClaim(t, s, "fin-late: back after the second lease", second.Add(lease+time.Millisecond), 10, "fin-late")
+	mustFinishDue(t, s, "fin-late", second.Add(lease+time.Millisecond).Add(lease), time.Time{})
+	wantClaim(t, s, "fin-late finished by its last claimer", base.Add(time.Hour), 10)
+}
+
 func testDueLimitAndOrder(t *testing.T, s checkpoint.Store) {
 	// Indexed out of order; each id's number is its offset in seconds.
 	for _, n := range []int{7, 2, 9, 0, 5, 3, 8, 1, 6, 4, 11, 10} {
@@ -218,6 +269,7 @@ func testDueInvalid(t *testing.T, s checkpoint.Store) {
 	for _, id := range []string{"", "a.b", "a*", "a>", "a b", "a{b}", strings.Repeat("x", 129)} {
 		wantErr(t, fmt.Sprintf("IndexDue(%q)", id), s.IndexDue(ctx(t), id, base), checkpoint.ErrNotFound)
 		wantErr(t, fmt.Sprintf("UnindexDue(%q)", id), s.UnindexDue(ctx(t), id), checkpoint.ErrNotFound)
+		wantErr(t, fmt.Sprintf("FinishDue(%q)", id), s.FinishDue(ctx(t), id, base, time.Time{}), checkpoint.ErrNotFound)
 	}
 	mustIndexDue(t, s, "valid-1", base)
 	for _, tc := range []struct {

@@ -95,6 +95,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"DueClaimOnce", testDueClaimOnce},
 		{"DueReindex", testDueReindex},
 		{"DueUnindex", testDueUnindex},
+		{"DueFinish", testDueFinish},
 		{"DueLimitAndOrder", testDueLimitAndOrder},
 		{"DueLapsedLeaseOrder", testDueLapsedLeaseOrder},
 		{"DueConcurrentClaimers", testDueConcurrentClaimers},

@@ -113,6 +113,45 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	return claimed, nil
 }
 
+// FinishDue moves or removes id's entry if it still holds the lease that
+// ended at leaseUntil: a compare-and-set (or a delete) on the revision
+// read, so a write in between wins (see checkpoint.Store). IndexDue
+// writes no lease, so a lease tells the claim's entry from a later one.
+func (s *Store) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
+	if err := readID(id); err != nil {
+		return fmt.Errorf("finish due: %w", err)
+	}
+	e, err := s.kv.Get(ctx, dueKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("finish due %s: %w", id, err)
+	}
+	var entry dueEntry
+	if err := unmarshal(e.Value(), &entry); err != nil {
+		return fmt.Errorf("finish due %s: %w", id, err)
+	}
+	if entry.LeaseUntil != leaseUntil.UnixMilli() {
+		return nil
+	}
+	if next.IsZero() {
+		err = s.kv.Delete(ctx, dueKey(id), jetstream.LastRevision(e.Revision()))
+	} else {
+		var value []byte
+		if value, err = marshal(dueEntry{At: next.UnixMilli()}); err == nil {
+			_, err = s.kv.Update(ctx, dueKey(id), value, e.Revision())
+		}
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil // written since: that writer's entry stands
+	}
+	if err != nil {
+		return fmt.Errorf("finish due %s: %w", id, err)
+	}
+	return nil
+}
+
 // checkClaim refuses a claim that could never hide anything.
 func checkClaim(limit int, lease time.Duration) error {
 	if limit < 1 {

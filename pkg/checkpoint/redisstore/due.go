@@ -45,12 +45,34 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
 	ids, err := claimDueScript.Run(ctx, s.rdb, []string{s.dueKey()},
-		strconv.FormatInt(now.UnixMilli(), 10), limit,
-		strconv.FormatInt(now.Add(lease).UnixMilli(), 10)).StringSlice()
+		strconv.FormatInt(now.UnixMilli(), 10), limit, leaseScore(now.Add(lease))).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("claim due: %w", err)
 	}
 	return ids, nil
+}
+
+// leaseScore is the score of a lease ending at until: its millisecond and
+// a half, never a deadline's score (whole milliseconds). The entry is
+// claimable again from the next millisecond on.
+func leaseScore(until time.Time) string {
+	return strconv.FormatInt(until.UnixMilli(), 10) + ".5"
+}
+
+// FinishDue moves or removes id's entry if it still holds the lease that
+// ended at leaseUntil, in one script (see checkpoint.Store).
+func (s *Store) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
+	if err := readID(id); err != nil {
+		return fmt.Errorf("finish due: %w", err)
+	}
+	to := ""
+	if !next.IsZero() {
+		to = strconv.FormatInt(next.UnixMilli(), 10)
+	}
+	if err := finishDueScript.Run(ctx, s.rdb, []string{s.dueKey()}, id, leaseScore(leaseUntil), to).Err(); err != nil {
+		return fmt.Errorf("finish due %s: %w", id, err)
+	}
+	return nil
 }
 
 // checkClaim refuses a claim that could never hide anything.

@@ -88,10 +88,28 @@ return count
 // (KEYS[1]) scored at or before ARGV[1], earliest first, by moving each
 // score to the lease's end, ARGV[3]. Reply: the claimed ids in due order.
 // It touches the one global key only, so it too runs on a single slot.
+// A lease's score is its end in milliseconds plus one half (leaseScore):
+// IndexDue writes whole milliseconds, so a score tells a claim's lease
+// from a deadline written since, which finishDueScript relies on.
 var claimDueScript = redis.NewScript(`
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[1], 'XX', ARGV[3], id)
 end
 return ids
+`)
+
+// finishDueScript ends a claim: if member ARGV[1] of the deadline index
+// (KEYS[1]) still has the claim's lease score ARGV[2], it is moved to
+// ARGV[3], or removed when ARGV[3] is empty. Reply: 1 when it did, 0 when
+// the entry was written since (or is gone) and was left alone.
+var finishDueScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] == '' then
+  redis.call('ZREM', KEYS[1], ARGV[1])
+else
+  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+end
+return 1
 `)
