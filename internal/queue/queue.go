@@ -260,16 +260,25 @@ func ConsumerConfig(workflow string, ackWait time.Duration, maxAckPending int) j
 // PublishStep publishes step message m with the given Nats-Msg-Id and waits
 // for the PubAck.
 func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) error {
+	_, err := PublishStepOnce(ctx, js, m, msgID)
+	return err
+}
+
+// PublishStepOnce is PublishStep that also says whether the stream took
+// the message as new: false when a message of that id was published within
+// the stream's duplicate window and this one was dropped.
+func PublishStepOnce(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) (bool, error) {
 	data, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return false, err
 	}
 	msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("publish step %s:%d: %w", m.RunID, m.Step, err)
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		return false, fmt.Errorf("publish step %s:%d: %w", m.RunID, m.Step, err)
 	}
-	return nil
+	return !ack.Duplicate, nil
 }
 
 // DeadLetter is the body of a dead-letter message.

@@ -276,10 +276,14 @@ func (s *Scheduler) Repair(ctx context.Context) {
 					s.log.Warn().Str("run_id", run.ID).Time("deadline", run.Wait.Deadline).Msg("overdue wait was not indexed; indexed again")
 				}
 			case run.Status == checkpoint.StatusRunning && now.Sub(run.UpdatedAt) > s.cfg.StuckAfter:
-				if err := s.cfg.Client.Repair(ctx, run); err != nil {
+				published, err := s.cfg.Client.Repair(ctx, run)
+				if err != nil {
 					s.c.errors.Add(1)
 					s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair stuck run")
 					continue
+				}
+				if !published {
+					continue // this state was repaired already (by a pass or scheduler before)
 				}
 				s.c.repaired.Add(1)
 				s.log.Warn().Str("run_id", run.ID).Int("step", run.Step).Time("updated_at", run.UpdatedAt).Msg("stuck run: step published again")

@@ -260,6 +260,51 @@ func TestStuckRunRepaired(t *testing.T) {
 	}
 }
 
+// Passes that find the same stuck state publish its step once and count
+// one repair; progress makes a new state, repaired again.
+func TestRepeatedRepairCountsOnce(t *testing.T) {
+	f := testfleet.New(t, "redis")
+	ctx := context.Background()
+	if err := queue.Provision(ctx, f.JS, queue.Config{}); err != nil { // no worker here to do it
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: "lost-2", Workflow: "nobody", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch, err := scheduler.New(scheduler.Config{Client: f.Client, StuckAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	messages := func() uint64 {
+		st, err := f.JS.Stream(ctx, queue.StepStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(queue.StepSubject("nobody", "lost-2")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects[queue.StepSubject("nobody", "lost-2")]
+	}
+	for range 3 {
+		sch.Repair(ctx)
+	}
+	if got, msgs := sch.Stats().Repaired, messages(); got != 1 || msgs != 1 {
+		t.Fatalf("after 3 passes on one stuck state: %d repairs counted, %d messages; want 1 and 1", got, msgs)
+	}
+	run.UpdatedAt = old.Add(time.Second) // progress, still stuck
+	if _, err := f.Store.UpdateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	sch.Repair(ctx)
+	sch.Repair(ctx)
+	if got, msgs := sch.Stats().Repaired, messages(); got != 2 || msgs != 2 {
+		t.Fatalf("after a new stuck state: %d repairs counted, %d messages; want 2 and 2", got, msgs)
+	}
+}
+
 // Acceptance 6 (second half): an agent loop that never finishes ends dead
 // at its max-steps cap, with the reason.
 func TestMaxStepsCap(t *testing.T) {

@@ -131,12 +131,14 @@ func noPublish(context.Context, *Client, checkpoint.Run) error { return nil }
 
 // Repair publishes the step at the cursor of a running run again, for a
 // run that made no progress (its message may have been lost). Harmless by
-// the step protocol when the step is in fact under way.
-func (c *Client) Repair(ctx context.Context, run checkpoint.Run) error {
+// the step protocol when the step is in fact under way. It reports whether
+// it published: one message id per stuck state, so a repeated repair of
+// the same state within the stream's duplicate window is dropped (false),
+// as is a repair of a run that is not running.
+func (c *Client) Repair(ctx context.Context, run checkpoint.Run) (bool, error) {
 	if run.Status != checkpoint.StatusRunning {
-		return nil
+		return false, nil
 	}
-	// One id per stuck state: repeated repairs of the same state within
-	// the dedupe window are dropped.
-	return c.publish(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+	return queue.PublishStepOnce(ctx, c.js, m, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
 }
