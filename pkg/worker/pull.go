@@ -223,9 +223,21 @@ more:
 			return nil
 		}
 	}
+	// The wait ends with ctx too, so that a stopping worker does not sit
+	// out the fetch on an idle consumer. The server keeps the pull request
+	// until its expiry: a message it delivers after that goes nowhere and
+	// is redelivered after the ack wait, as it would be had the worker
+	// stopped a moment earlier.
+	fctx, cancel := context.WithTimeout(ctx, fetchWait)
+	defer cancel()
 	_, err := p.fetchBatch(ctx, 1, func(n int) (jetstream.MessageBatch, error) {
-		return p.c.Fetch(n, jetstream.FetchMaxWait(fetchWait))
+		return p.c.Fetch(n, jetstream.FetchContext(fctx))
 	})
+	if fctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// Stopping, or the wait ran out before the server's expiry
+		// answer (FetchContext asks for 90% of it): nothing came.
+		return nil
+	}
 	return err
 }
 
