@@ -153,13 +153,14 @@ func (p *puller) recreate(ctx context.Context, err error) bool {
 }
 
 // missing reports whether err may come from a deleted consumer and the
-// server says the consumer does not exist.
+// server says the consumer, or its stream, does not exist (a stream
+// deleted, or lost with a server restarted without its store).
 func (p *puller) missing(ctx context.Context, err error) bool {
 	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoHeartbeat) {
 		return false
 	}
 	_, ierr := p.c.Info(ctx)
-	return errors.Is(ierr, jetstream.ErrConsumerNotFound)
+	return consumerGone(ierr)
 }
 
 // acquire blocks for a free slot; false once ctx ended.

@@ -298,15 +298,24 @@ func (w *Worker) release(n int) {
 }
 
 // consumerGone reports whether err says a consumer was deleted (by an
-// operator, or lost with the server's state).
+// operator, or lost with the server's state), alone or with its stream.
 func consumerGone(err error) bool {
-	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // recreateConsumer creates a workflow's consumer again once it is gone
 // (see consumerGone), rather than poll a consumer that is gone. It returns
 // nil when the consumer could not be created (yet).
+//
+// The streams are provisioned first, with the replicas Setup uses: a
+// consumer deleted with its stream can only come back on a new one.
+// Existing streams are left as they are.
 func (w *Worker) recreateConsumer(ctx context.Context, workflow string) jetstream.Consumer {
+	if err := queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas}); err != nil {
+		w.log.Warn().Err(err).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and its streams could not be provisioned")
+		return nil
+	}
 	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
 	if cerr != nil {
 		w.log.Warn().Err(cerr).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and could not be created again")
