@@ -145,7 +145,43 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	d.m = m
 	d.log = w.log.With().Str("run_id", m.RunID).Int("step", m.Step).Str("workflow", m.Workflow).Int("attempt", d.attempt).Logger()
 	ctx = d.log.WithContext(ctx)
+	// The delivery is kept alive from here until it is acked or handed
+	// back, not only while the step body runs: a slow load, commit or
+	// publish (a store failing over) must not let the ack wait run out
+	// and the step be delivered to a second worker meanwhile.
+	if !w.faults.Hangs(m.RunID, m.Step, d.attempt) { // a hung step must look hung to the server
+		hb := startHeartbeat(msg, w.heartbeat)
+		defer hb.stop()
+		d.msg = settling{Msg: msg, hb: hb}
+	}
 	w.step(ctx, d)
+}
+
+// settling is a delivery's message that stops its heartbeat before it is
+// acked, handed back or terminated: no InProgress follows the outcome (the
+// server would apply it to the message's next delivery, or stretch a
+// delayed redelivery to a whole ack wait).
+type settling struct {
+	jetstream.Msg
+	hb *heartbeat
+}
+
+func (m settling) Ack() error { m.hb.stop(); return m.Msg.Ack() }
+
+func (m settling) DoubleAck(ctx context.Context) error { m.hb.stop(); return m.Msg.DoubleAck(ctx) }
+
+func (m settling) Nak() error { m.hb.stop(); return m.Msg.Nak() }
+
+func (m settling) NakWithDelay(delay time.Duration) error {
+	m.hb.stop()
+	return m.Msg.NakWithDelay(delay)
+}
+
+func (m settling) Term() error { m.hb.stop(); return m.Msg.Term() }
+
+func (m settling) TermWithReason(reason string) error {
+	m.hb.stop()
+	return m.Msg.TermWithReason(reason)
 }
 
 func (w *Worker) step(ctx context.Context, d *delivery) {
@@ -606,14 +642,9 @@ func effectTool(key, run string, step int, stepName string) string {
 	return "other"
 }
 
-// execute runs the step body, heartbeating the delivery while it runs.
+// execute runs the step body (handle heartbeats the delivery meanwhile).
 func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition, sctx *steps.Context, name string, state json.RawMessage, first bool) (res steps.Result, err error) {
-	var hb *heartbeat
-	if !w.faults.Hangs(d.m.RunID, d.m.Step, d.attempt) { // a hung step must look hung to the server
-		hb = startHeartbeat(d.msg, w.heartbeat)
-	}
 	defer func() {
-		hb.stop()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("step %s panicked: %v", name, p)
 		}
@@ -650,9 +681,6 @@ func startHeartbeat(msg jetstream.Msg, every time.Duration) *heartbeat {
 
 // stop ends the heartbeats; none is sent once it returns.
 func (h *heartbeat) stop() {
-	if h == nil {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopped = true

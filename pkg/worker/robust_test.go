@@ -252,3 +252,38 @@ func TestRollForwardCountsTheStep(t *testing.T) {
 		t.Errorf("trail %q, want one,two,three (step 1 not run again)", joinTrail(st))
 	}
 }
+
+// slowCommits is the real store with its first commit slower than the ack
+// wait (a store failing over).
+type slowCommits struct {
+	checkpoint.Store
+	delay time.Duration
+	once  sync.Once
+}
+
+func (s *slowCommits) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
+	s.once.Do(func() { time.Sleep(s.delay) })
+	return s.Store.Commit(ctx, run, cp)
+}
+
+// A commit that takes longer than the ack wait keeps its delivery alive:
+// the step is not delivered again meanwhile, and its body runs once.
+func TestSlowCommitKeepsTheDelivery(t *testing.T) {
+	var runs atomic.Int64
+	flow := steps.New[counter]("slow-commit", 1).
+		Step("only", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
+			runs.Add(1)
+			return steps.Complete(st), nil
+		})
+	h := newHarness(t, "redis")
+	h.startWorker(steps.NewRegistry().MustRegister(flow), func(c *worker.Config) {
+		c.AckWait = time.Second
+		c.Store = &slowCommits{Store: h.store, delay: 2500 * time.Millisecond}
+	})
+	h.start("slow-commit", "sc-1", "")
+	h.waitStatus("sc-1", checkpoint.StatusCompleted, 20*time.Second)
+	cps := h.checkpoints("sc-1")
+	if n := runs.Load(); n != 1 || len(cps) != 1 || cps[0].Attempt != 1 {
+		t.Fatalf("step body ran %d times, checkpoints %+v; want once, committed by delivery 1", n, cps)
+	}
+}
