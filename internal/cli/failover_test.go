@@ -48,8 +48,10 @@ func TestRedisClusterClientFollowsFailover(t *testing.T) {
 	if replica == nil {
 		t.Fatalf("%s has no replica", victim.Name)
 	}
-	// Wait for the replica to hold every write (replication is async).
-	time.Sleep(500 * time.Millisecond)
+	// The replica must hold every write before the kill (replication is
+	// async): waitReplicated writes once more on the primary and WAITs for
+	// its replica to acknowledge it, and so everything written before.
+	waitReplicated(ctx, t, victim.Addr, keys)
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,10 @@ func TestRedisClusterClientFollowsFailover(t *testing.T) {
 				failing = append(failing, k+": "+err.Error())
 			}
 		}
-		if len(failing) == 0 || time.Since(promoted) > 3*time.Second {
+		// go-redis dials a dead node again about once a second and
+		// reloads the slot map at most every 200ms after that: allow a
+		// few rounds of both on a busy machine.
+		if len(failing) == 0 || time.Since(promoted) > 10*time.Second {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -94,6 +99,29 @@ func TestRedisClusterClientFollowsFailover(t *testing.T) {
 		t.Fatalf("%s after %s was promoted, %d keys still fail:\n%s", time.Since(promoted).Round(time.Millisecond), replica.Name, len(failing), strings.Join(failing[:min(5, len(failing))], "\n"))
 	}
 	t.Logf("every key served %s after the promotion of %s", time.Since(promoted).Round(time.Millisecond), replica.Name)
+}
+
+// waitReplicated sets one of keys that primary serves again (to the same
+// value, its index) on one connection, then WAITs on that connection for
+// a replica to acknowledge it: WAIT counts the offset of the connection's
+// own last write, and a replica applies writes in order.
+func waitReplicated(ctx context.Context, tb testing.TB, primary string, keys []string) {
+	tb.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: primary})
+	defer cl.Close()
+	conn := cl.Conn()
+	defer conn.Close()
+	for i, k := range keys {
+		if err := conn.Set(ctx, k, i, 0).Err(); err != nil {
+			continue // MOVED: another primary serves k
+		}
+		n, err := conn.Do(ctx, "WAIT", 1, 5000).Int64()
+		if err != nil || n < 1 {
+			tb.Fatalf("WAIT 1 5000 on %s: %d replicas acknowledged, %v", primary, n, err)
+		}
+		return
+	}
+	tb.Fatalf("%s serves none of the keys", primary)
 }
 
 type discardLogger struct{}
