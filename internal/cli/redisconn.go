@@ -6,10 +6,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -167,7 +169,7 @@ func (c *conn) checkRedis(ctx context.Context, rdb redis.UniversalClient) error 
 	where := redactURL(c.redisURL)
 	_, isCluster := rdb.(*redis.ClusterClient)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		hint := redisHint(err)
+		hint := redisHint(err, strings.HasPrefix(c.redisURL, "rediss") && c.redisTLS.cert == "")
 		if isCluster && hint == "" {
 			if enabled, known := c.clusterEnabled(ctx, rdb.(*redis.ClusterClient).Options()); known && !enabled {
 				hint = " (that server is not in cluster mode (cluster-enabled no): for a single server write redis:// instead of redis+cluster://)"
@@ -213,8 +215,14 @@ func infoClusterEnabled(ctx context.Context, cl *redis.Client) (enabled, known b
 	return false, false
 }
 
-// redisHint says what to do about the usual refusals.
-func redisHint(err error) string {
+// redisHint says what to do about the usual refusals. noClientCert: the
+// URL is TLS and no client certificate was given.
+//
+// A server that verifies clients refuses one without a certificate with an
+// alert after the handshake (TLS 1.3) and closes the connection: the
+// client sees the alert ("remote error") only if it reads before it
+// writes; a write to the closed connection fails with a reset instead.
+func redisHint(err error, noClientCert bool) string {
 	var op *net.OpError
 	switch {
 	case redis.IsAuthError(err):
@@ -225,6 +233,8 @@ func redisHint(err error) string {
 		return " (the server's certificate is not trusted: pass its CA with --redis-tls-ca)"
 	case errors.As(err, &op) && op.Op == "remote error":
 		return " (the server refused the TLS session: if it verifies clients (tls-auth-clients), pass --redis-tls-cert and --redis-tls-key)"
+	case noClientCert && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF)):
+		return " (the server closed the TLS session: if it verifies clients (tls-auth-clients), pass --redis-tls-cert and --redis-tls-key)"
 	}
 	return ""
 }

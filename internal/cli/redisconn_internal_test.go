@@ -3,10 +3,13 @@ package cli
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -179,3 +182,28 @@ func TestSettleReplicasAndClusterTLS(t *testing.T) {
 }
 
 func writeTestFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// A TLS server that verifies clients closes a session without a client
+// certificate; the client sees the alert, or a reset when it wrote first.
+// Both get the hint, the reset only when no client certificate was given.
+func TestRedisHintForAClosedTLSSession(t *testing.T) {
+	const want = "--redis-tls-cert and --redis-tls-key"
+	reset := fmt.Errorf("ping: %w", &net.OpError{Op: "write", Net: "tcp", Err: &os.SyscallError{Syscall: "write", Err: syscall.ECONNRESET}})
+	alert := &net.OpError{Op: "remote error", Err: errors.New("tls: certificate required")}
+	for _, tc := range []struct {
+		err          error
+		noClientCert bool
+		hinted       bool
+	}{
+		{alert, true, true},
+		{alert, false, true},
+		{reset, true, true},
+		{io.EOF, true, true},
+		{reset, false, false}, // a client certificate was given: not the cause
+		{errors.New("dial tcp: connection refused"), true, false},
+	} {
+		if got := strings.Contains(redisHint(tc.err, tc.noClientCert), want); got != tc.hinted {
+			t.Errorf("redisHint(%v, noClientCert=%t) = %q; want the client certificate hint: %t", tc.err, tc.noClientCert, redisHint(tc.err, tc.noClientCert), tc.hinted)
+		}
+	}
+}
