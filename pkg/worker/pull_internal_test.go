@@ -56,18 +56,9 @@ func TestStepClockAverages(t *testing.T) {
 func TestPullerRecreatesConsumerDeletedBetweenPulls(t *testing.T) {
 	for _, mode := range []string{"fetch", "stream"} {
 		t.Run(mode, func(t *testing.T) {
-			n := testenv.StartNATS(t)
-			_, js := n.Connect(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := queue.Provision(ctx, js, queue.Config{}); err != nil {
-				t.Fatal(err)
-			}
-			cc := queue.ConsumerConfig("gone", 2*time.Second, 100)
-			stale, err := queue.EnsureConsumer(ctx, js, cc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			js, cc, stale := newConsumer(t, "gone")
 			if err := js.DeleteConsumer(ctx, queue.StepStream, cc.Durable); err != nil {
 				t.Fatal(err)
 			}
@@ -98,18 +89,9 @@ func TestPullerProvisionsStepStreamDeletedUnderIt(t *testing.T) {
 		{"fetch", "during a pull"}, {"stream", "during a pull"},
 	} {
 		t.Run(tc.mode+" "+tc.when, func(t *testing.T) {
-			n := testenv.StartNATS(t)
-			_, js := n.Connect(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			if err := queue.Provision(ctx, js, queue.Config{}); err != nil {
-				t.Fatal(err)
-			}
-			cc := queue.ConsumerConfig("lost", 2*time.Second, 100)
-			c, err := queue.EnsureConsumer(ctx, js, cc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			js, cc, c := newConsumer(t, "lost")
 			var r *pullerRun
 			if tc.when == "during a pull" {
 				r = startPuller(ctx, js, "lost", c, tc.mode)
@@ -139,6 +121,23 @@ func TestPullerProvisionsStepStreamDeletedUnderIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newConsumer starts a NATS server with the streams and workflow's
+// consumer on it.
+func newConsumer(t *testing.T, workflow string) (jetstream.JetStream, jetstream.ConsumerConfig, jetstream.Consumer) {
+	t.Helper()
+	_, js := testenv.StartNATS(t).Connect(t)
+	ctx := context.Background()
+	if err := queue.Provision(ctx, js, queue.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	cc := queue.ConsumerConfig(workflow, 2*time.Second, 100)
+	c, err := queue.EnsureConsumer(ctx, js, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, cc, c
 }
 
 // pullerRun is a puller running for a test: closed when its run returns.
