@@ -257,17 +257,11 @@ func ConsumerConfig(workflow string, ackWait time.Duration, maxAckPending int) j
 	}
 }
 
-// PublishStep publishes step message m with the given Nats-Msg-Id and waits
-// for the PubAck.
-func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) error {
-	_, err := PublishStepOnce(ctx, js, m, msgID)
-	return err
-}
-
-// PublishStepOnce is PublishStep that also says whether the stream took
-// the message as new: false when a message of that id was published within
-// the stream's duplicate window and this one was dropped.
-func PublishStepOnce(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) (bool, error) {
+// PublishStep publishes step message m with the given Nats-Msg-Id, waits
+// for the PubAck and says whether the stream took the message as new:
+// false when a message of that id was published within the stream's
+// duplicate window and this one was dropped.
+func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) (bool, error) {
 	data, err := json.Marshal(m)
 	if err != nil {
 		return false, err

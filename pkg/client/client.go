@@ -130,7 +130,15 @@ func (c *Client) workflow(ctx context.Context, name string) (checkpoint.Workflow
 	return *best, nil
 }
 
+// publish publishes the step at run's cursor under msgID.
 func (c *Client) publish(ctx context.Context, run checkpoint.Run, msgID string) error {
+	_, err := c.publishNew(ctx, run, msgID)
+	return err
+}
+
+// publishNew is publish that says whether the stream took the message as
+// new (see queue.PublishStep).
+func (c *Client) publishNew(ctx context.Context, run checkpoint.Run, msgID string) (bool, error) {
 	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
 	return queue.PublishStep(ctx, c.js, m, msgID)
 }

@@ -139,6 +139,5 @@ func (c *Client) Repair(ctx context.Context, run checkpoint.Run) (bool, error) {
 	if run.Status != checkpoint.StatusRunning {
 		return false, nil
 	}
-	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-	return queue.PublishStepOnce(ctx, c.js, m, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+	return c.publishNew(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
 }

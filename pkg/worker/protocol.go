@@ -407,7 +407,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 			// This worker's own commit: what the store holds is known.
 			w.sticky.put(id, run, cp)
 		}
-		if err := queue.PublishStep(ctx, w.cfg.JetStream, next, id); err != nil {
+		if _, err := queue.PublishStep(ctx, w.cfg.JetStream, next, id); err != nil {
 			w.sticky.drop(run.ID)
 			w.retryTransient(d, "publish next", err)
 			return

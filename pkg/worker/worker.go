@@ -202,12 +202,12 @@ func (w *Worker) Stats() Stats {
 // first: a workflow is advertised (and runs can start) only once its
 // messages have a consumer.
 func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
-	if err := queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas}); err != nil {
+	if err := w.provision(ctx); err != nil {
 		return nil, err
 	}
 	var cons []jetstream.Consumer
 	for _, name := range w.cfg.Registry.Names() {
-		c, err := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(name, w.cfg.AckWait, w.cfg.MaxAckPending))
+		c, err := w.ensureConsumer(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -312,15 +312,27 @@ func consumerGone(err error) bool {
 // consumer deleted with its stream can only come back on a new one.
 // Existing streams are left as they are.
 func (w *Worker) recreateConsumer(ctx context.Context, workflow string) jetstream.Consumer {
-	if err := queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas}); err != nil {
+	if err := w.provision(ctx); err != nil {
 		w.log.Warn().Err(err).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and its streams could not be provisioned")
 		return nil
 	}
-	c, cerr := queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
+	c, cerr := w.ensureConsumer(ctx, workflow)
 	if cerr != nil {
 		w.log.Warn().Err(cerr).Str("consumer", queue.ConsumerName(workflow)).Msg("consumer is gone and could not be created again")
 		return nil
 	}
 	w.log.Warn().Str("consumer", queue.ConsumerName(workflow)).Msg("consumer was gone; created it again")
 	return c
+}
+
+// provision creates the streams the worker needs, leaving existing ones
+// as they are.
+func (w *Worker) provision(ctx context.Context) error {
+	return queue.Provision(ctx, w.cfg.JetStream, queue.Config{Replicas: w.cfg.StreamReplicas})
+}
+
+// ensureConsumer returns workflow's shared consumer, created with this
+// worker's settings if it does not exist.
+func (w *Worker) ensureConsumer(ctx context.Context, workflow string) (jetstream.Consumer, error) {
+	return queue.EnsureConsumer(ctx, w.cfg.JetStream, queue.ConsumerConfig(workflow, w.cfg.AckWait, w.cfg.MaxAckPending))
 }
