@@ -113,7 +113,7 @@ $(VULNDB_DIR)/index/db.json:
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
 FUZZ_TARGETS  = \
-	./internal/queue:FuzzDecodeStep \
+	./pkg/queue:FuzzDecodeStep \
 	./internal/approver:FuzzAdmitEvent \
 	./internal/approver:FuzzLoadEventSecrets \
 	./internal/approver:FuzzReadDecision \

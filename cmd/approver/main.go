@@ -11,18 +11,19 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/durable-run/durable/internal/cli"
+	"github.com/durable-run/durable/internal/approver"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := cli.RunApprover(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := approver.RunCommand(ctx, os.Args[1:], os.Stderr); err != nil {
 		stop()
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
 		fmt.Fprintf(os.Stderr, "approver: %v\n", err)
-		os.Exit(cli.ExitCode(err))
+		os.Exit(service.ExitCode(err))
 	}
 }

@@ -2,21 +2,6 @@
 // Run several replicas for availability; each deadline is handled once.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/durable-run/durable/pkg/schedulercmd"
 
-	"github.com/durable-run/durable/internal/cli"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cli.RunScheduler(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "scheduler: %v\n", err)
-		os.Exit(2)
-	}
-}
+func main() { schedulercmd.Main() }

@@ -1,23 +1,22 @@
-// Command worker is the reference worker binary: it registers the example
-// workflows and runs steps. Your own worker binary looks the same with your
-// workflows in the registry.
+// Command worker is the reference worker binary: the example workflows
+// (claim, agent-loop, refund-agent) on pkg/workercmd, the entry point your
+// own worker binary uses too (see examples/expense), plus crash injection
+// from DURABLE_CRASH for the demo and the tests.
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/durable-run/durable/internal/cli"
+	"github.com/durable-run/durable/internal/examples/reference"
+	"github.com/durable-run/durable/pkg/workercmd"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cli.RunWorker(ctx, os.Args[1:], os.Stderr, cli.ReferenceWorkflows); err != nil {
+	cfg, err := reference.Worker()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
-		os.Exit(1)
+		os.Exit(2)
 	}
+	workercmd.Main(cfg)
 }

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // fuzzNow is the approver's clock in the event fuzz target: seeds carry ts

@@ -14,11 +14,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/durable-run/durable/internal/queue"
-	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/scheduler"
 )
 
 // The waiting-at-scale phase parks N bench-park runs at an approval on

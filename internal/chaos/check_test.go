@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // report is what a chaos run found.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // Usage mistakes are caught before the CLI connects anywhere: the NATS URL

@@ -7,13 +7,14 @@ import (
 	"os"
 
 	"github.com/durable-run/durable/internal/bench"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 // cmdBench is `durable bench`: the claims-9 workload of WORKLOAD.md on
 // durable (Redis and KV stores) and on the floor, on servers it starts on
 // loopback and stops at the end (also on Ctrl-C).
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable bench", stderr)
+	fs := service.NewFlagSet("durable bench", stderr)
 	store := fs.String("store", "all", "checkpoint store to measure durable on: redis, kv or all")
 	runs := fs.Int("runs", 2000, "W: runs started at once for throughput")
 	latencyRuns := fs.Int("latency-runs", 50, "R: runs one at a time for per-step latency")
@@ -24,12 +25,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	parked := fs.Int("parked", 100000, "N: runs parked at an approval on the Redis store, then swept by a scheduler, after the other phases; 0 skips")
 	only := fs.String("only", "", "run one phase alone: parked")
 	sweepers := fs.Int("sweep-schedulers", 1, "scheduler replicas that sweep the parked runs' expired waits")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("bench: unexpected argument %q", pos[0])
+		return service.Usagef("bench: unexpected argument %q", pos[0])
 	}
 	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
 	switch *store {
@@ -38,39 +39,39 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case bench.StoreRedis, bench.StoreKV:
 		cfg.Stores = []string{*store}
 	default:
-		return usagef("bench: --store %q: want redis, kv or all", *store)
+		return service.Usagef("bench: --store %q: want redis, kv or all", *store)
 	}
 	if *runs < 1 || *latencyRuns < 1 || *concurrency < 1 {
-		return usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
+		return service.Usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
 	}
 	switch {
 	case *parked < 0:
-		return usagef("bench: --parked %d: give a number of runs, or 0 to skip the phase", *parked)
+		return service.Usagef("bench: --parked %d: give a number of runs, or 0 to skip the phase", *parked)
 	case *parked == 0:
 		cfg.Parked = -1
 	}
 	if *sweepers < 1 {
-		return usagef("bench: --sweep-schedulers %d: want at least 1", *sweepers)
+		return service.Usagef("bench: --sweep-schedulers %d: want at least 1", *sweepers)
 	}
 	switch *only {
 	case "":
 	case "parked":
 		if *parked == 0 {
-			return usagef("bench: --only parked with --parked 0: nothing to run")
+			return service.Usagef("bench: --only parked with --parked 0: nothing to run")
 		}
 		if *store == bench.StoreKV {
-			return usagef("bench: --only parked runs on the Redis store, not --store kv")
+			return service.Usagef("bench: --only parked runs on the Redis store, not --store kv")
 		}
 		cfg.ParkedOnly = true
 	default:
-		return usagef("bench: --only %q: want parked", *only)
+		return service.Usagef("bench: --only %q: want parked", *only)
 	}
 	if *asJSON {
 		cfg.Progress = stderr
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if errors.Is(err, bench.ErrNoRedis) {
-		return usageError{err.Error()}
+		return service.UsageError{Msg: err.Error()}
 	}
 	if err != nil {
 		return err

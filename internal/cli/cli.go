@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/durable-run/durable/pkg/service"
 )
 
 // Exit codes.
@@ -20,13 +22,6 @@ const (
 	exitUsage   = 2
 	exitMissing = 3 // the run (or another named thing) does not exist
 )
-
-// usageError is a mistake in the command line.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 const usage = `durable: durable execution for AI-agent runs
 
@@ -122,15 +117,8 @@ func exitCode(err error, stderr io.Writer) int {
 // ExitCode maps an error of a command to the process exit code: 2 for
 // usage, 3 for a missing run, 1 otherwise.
 func ExitCode(err error) int {
-	if err == nil {
-		return exitOK
-	}
-	var u usageError
-	switch {
-	case errors.As(err, &u):
-		return exitUsage
-	case errors.Is(err, errNotFound):
+	if errors.Is(err, errNotFound) {
 		return exitMissing
 	}
-	return exitFailed
+	return service.ExitCode(err)
 }

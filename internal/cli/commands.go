@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -13,43 +12,38 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 var errNotFound = checkpoint.ErrNotFound
 
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
-}
-
-func openClient(ctx context.Context, c *conn, stderr io.Writer) (*client.Client, *session, error) {
+func openClient(ctx context.Context, c *service.Conn, stderr io.Writer) (*client.Client, *service.Session, error) {
 	log := zerolog.New(stderr).Level(zerolog.WarnLevel)
-	useRedisLogger(log)
-	s, err := c.open(ctx, "durable-cli", log)
+	service.UseRedisLogger(log)
+	s, err := c.Open(ctx, "durable-cli", log)
 	if err != nil {
 		return nil, nil, err
 	}
-	return client.New(s.js, s.store), s, nil
+	return client.New(s.JetStream, s.Store), s, nil
 }
 
 func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable start", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable start", stderr)
+	var c service.Conn
+	c.Register(fs)
 	id := fs.String("id", "", "run id: letters, digits, '-' and '_' (required)")
 	input := fs.String("input", "", "run input, a JSON object")
 	by := fs.String("by", "", "who starts the run (recorded)")
 	asJSON := fs.Bool("json", false, "print the run as JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("start: want exactly one WORKFLOW, e.g. `durable start claim --id claim-0042`")
+		return service.Usagef("start: want exactly one WORKFLOW, e.g. `durable start claim --id claim-0042`")
 	}
 	if *id == "" {
-		return usagef("start: --id RUN is required")
+		return service.Usagef("start: --id RUN is required")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {
@@ -59,7 +53,7 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	run, created, err := cl.Start(ctx, client.StartRequest{Workflow: pos[0], RunID: *id, Input: json.RawMessage(*input), By: *by})
 	if err != nil {
 		if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrBadRunID) || errors.Is(err, client.ErrUnknownWorkflow) {
-			return usageError{err.Error()}
+			return service.UsageError{Msg: err.Error()}
 		}
 		return err
 	}
@@ -76,7 +70,7 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("runs: want list, show RUN, cancel RUN or redrive RUN")
+		return service.Usagef("runs: want list, show RUN, cancel RUN or redrive RUN")
 	}
 	switch args[0] {
 	case "list":
@@ -88,20 +82,20 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "redrive":
 		return cmdRunsRedrive(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("runs: unknown subcommand %q (list, show, cancel, redrive)", args[0])
+	return service.Usagef("runs: unknown subcommand %q (list, show, cancel, redrive)", args[0])
 }
 
 func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs cancel", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable runs cancel", stderr)
+	var c service.Conn
+	c.Register(fs)
 	by := fs.String("by", "cli", "who cancels (recorded)")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("runs cancel: want exactly one RUN")
+		return service.Usagef("runs cancel: want exactly one RUN")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {
@@ -117,23 +111,23 @@ func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 }
 
 func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable approve", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable approve", stderr)
+	var c service.Conn
+	c.Register(fs)
 	by := fs.String("by", "", "who decides (required)")
 	reject := fs.Bool("reject", false, "reject instead of approve")
 	reason := fs.String("reason", "", "reason, recorded with the decision")
 	sha := fs.String("payload-sha256", "", "only decide if the pending payload has this SHA-256")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("approve: want exactly one RUN")
+		return service.Usagef("approve: want exactly one RUN")
 	}
 	*by = strings.TrimSpace(*by)
 	if *by == "" {
-		return usagef("approve: --by WHO is required")
+		return service.Usagef("approve: --by WHO is required")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {

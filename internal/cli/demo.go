@@ -17,6 +17,7 @@ import (
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 // The demo's crash plan: claim-0042 dies at the start of step 7 (after the
@@ -27,16 +28,16 @@ const demoCrash = "claim-0042:7,claim-0043:6:after-effect"
 var demoRuns = []string{"claim-0042", "claim-0043"}
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable demo", stderr)
+	fs := service.NewFlagSet("durable demo", stderr)
 	redisURL := fs.String("redis", "", "use the Redis store at this URL instead of JetStream KV")
 	keep := fs.Bool("keep", false, "keep the data directory and worker logs")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("demo: unexpected argument %q", pos[0])
+		return service.Usagef("demo: unexpected argument %q", pos[0])
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -93,7 +94,7 @@ func (d *demo) run(ctx context.Context) error {
 	d.say("  embedded NATS at %s, checkpoint store %s, payments API at %s", env.NATSURL, store, env.PaymentsURL())
 	d.say("  crash plan (DURABLE_CRASH): %s", demoCrash)
 
-	c := conn{natsURL: env.NATSURL, redisURL: d.redisURL, bucket: "durable"}
+	c := service.Conn{NATSURL: env.NATSURL, RedisURL: d.redisURL, KVBucket: "durable"}
 	cl, s, err := openClient(ctx, &c, io.Discard)
 	if err != nil {
 		return err
@@ -107,7 +108,7 @@ func (d *demo) run(ctx context.Context) error {
 	defer func() { stopWorkers(); wg.Wait() }()
 	defer s.Close()
 	d.client = cl
-	if err := d.waitRegistered(ctx, s.store); err != nil {
+	if err := d.waitRegistered(ctx, s.Store); err != nil {
 		return err
 	}
 	for _, id := range demoRuns {

@@ -12,16 +12,17 @@ import (
 
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/devenv"
-	"github.com/durable-run/durable/internal/metrics"
-	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/metrics"
+	"github.com/durable-run/durable/pkg/scheduler"
+	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/worker"
 )
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable dev", stderr)
+	fs := service.NewFlagSet("durable dev", stderr)
 	data := fs.String("data", ".durable", "data directory (JetStream store, payments records)")
 	natsPort := fs.Int("nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
 	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the demo payments API (/demo/payments)")
@@ -30,20 +31,20 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	// The env default is read after parsing so that -h never prints it.
 	redisURL := fs.String("redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
-	metricsAddr := fs.String("metrics", "", metricsUsage+"; /metrics is also served on --http")
+	metricsAddr := fs.String("metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
 	tokenFile := fs.String("tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("dev: unexpected argument %q", pos[0])
+		return service.Usagef("dev: unexpected argument %q", pos[0])
 	}
 	if *redisURL == "" {
 		*redisURL = os.Getenv("DURABLE_REDIS_URL")
 	}
 	if *workers < 0 || *workers > 64 {
-		return usagef("dev: --workers must be between 0 and 64")
+		return service.Usagef("dev: --workers must be between 0 and 64")
 	}
 	dir, err := filepath.Abs(*data)
 	if err != nil {
@@ -62,29 +63,29 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	log := newLogger(stderr, "dev")
-	useRedisLogger(log)
+	log := service.NewLogger(stderr, "dev")
+	service.UseRedisLogger(log)
 	m := metrics.Default()
 	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
 	if err != nil {
-		return usageError{err.Error()}
+		return service.UsageError{Msg: err.Error()}
 	}
 	defer waitMetrics()
-	c := conn{natsURL: env.NATSURL, redisURL: *redisURL, bucket: "durable"}
+	c := service.Conn{NATSURL: env.NATSURL, RedisURL: *redisURL, KVBucket: "durable"}
 	var wg sync.WaitGroup
 	errs := make(chan error, *workers+2)
 	for i := range *workers {
-		wlog := newLogger(stderr, "worker").With().Int("worker", i+1).Logger()
-		s, err := c.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
+		wlog := service.NewLogger(stderr, "worker").With().Int("worker", i+1).Logger()
+		s, err := c.Open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
 		if err != nil {
 			return err
 		}
 		defer s.Close()
-		blobs, err := objstore.New(ctx, s.js, objstore.Options{})
+		blobs, err := objstore.New(ctx, s.JetStream, objstore.Options{})
 		if err != nil {
 			return fmt.Errorf("open the blob store: %w", err)
 		}
-		w, err := worker.New(worker.Config{JetStream: s.js, Store: s.store, Registry: ReferenceWorkflows(),
+		w, err := worker.New(worker.Config{JetStream: s.JetStream, Store: s.Store, Registry: ReferenceWorkflows(),
 			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog, Metrics: m, Blobs: blobs})
 		if err != nil {
 			return err
@@ -98,18 +99,18 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}()
 	}
 	{
-		slog := newLogger(stderr, "scheduler")
-		s, err := c.open(ctx, "durable-dev-scheduler", slog)
+		slog := service.NewLogger(stderr, "scheduler")
+		s, err := c.Open(ctx, "durable-dev-scheduler", slog)
 		if err != nil {
 			return err
 		}
 		defer s.Close()
-		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.js, s.store), Logger: &slog})
+		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog})
 		if err != nil {
 			return err
 		}
 		m.RegisterScheduler(sch.Stats)
-		fleet, err := m.NewFleet(metrics.FleetConfig{Store: s.store, JetStream: s.js, Logger: &slog})
+		fleet, err := m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Logger: &slog})
 		if err != nil {
 			return err
 		}
@@ -130,8 +131,8 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	{
-		alog := newLogger(stderr, "approver")
-		s, err := c.open(ctx, "durable-dev-approver", alog)
+		alog := service.NewLogger(stderr, "approver")
+		s, err := c.Open(ctx, "durable-dev-approver", alog)
 		if err != nil {
 			return err
 		}
@@ -140,7 +141,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return err
 		}
-		srv, err := approver.New(approver.Config{Client: client.New(s.js, s.store), Store: s.store, Tokens: set, Logger: &alog, NATS: s.nc, Metrics: m.Handler()})
+		srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: m.Handler()})
 		if err != nil {
 			return err
 		}
@@ -157,7 +158,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	store := "JetStream KV (bucket durable)"
 	if *redisURL != "" {
-		store = "Redis " + redactURL(*redisURL)
+		store = "Redis " + service.RedactURL(*redisURL)
 	}
 	fmt.Fprintf(stdout, `durable dev is up
   NATS            %s   (nats CLI: nats --server %s stream ls)

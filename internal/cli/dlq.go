@@ -7,20 +7,21 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 func cmdRunsRedrive(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs redrive", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable runs redrive", stderr)
+	var c service.Conn
+	c.Register(fs)
 	by := fs.String("by", "cli", "who redrives (recorded)")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("runs redrive: want exactly one RUN")
+		return service.Usagef("runs redrive: want exactly one RUN")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {
@@ -37,18 +38,18 @@ func cmdRunsRedrive(ctx context.Context, args []string, stdout, stderr io.Writer
 
 func cmdDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "list" {
-		return usagef("dlq: want `dlq list [--json]`")
+		return service.Usagef("dlq: want `dlq list [--json]`")
 	}
-	fs := newFlags("durable dlq list", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable dlq list", stderr)
+	var c service.Conn
+	c.Register(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args[1:])
+	pos, err := service.ParseArgs(fs, args[1:])
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("dlq list: unexpected argument %q", pos[0])
+		return service.Usagef("dlq list: unexpected argument %q", pos[0])
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {

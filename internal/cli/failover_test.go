@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/durable-run/durable/internal/cli"
 	"github.com/durable-run/durable/internal/fleet"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 // A Cluster client from a redis+cluster:// URL follows a failover as soon
@@ -25,7 +25,7 @@ func TestRedisClusterClientFollowsFailover(t *testing.T) {
 	// which an earlier runCLI left writing to that command's buffer.
 	redis.SetLogger(discardLogger{})
 	rc := fleet.StartRedisCluster(t, t.TempDir(), fleet.RedisClusterOptions{Primaries: 3, Replicas: 1})
-	rdb, err := cli.RedisClient(rc.URL())
+	rdb, err := service.RedisClient(rc.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // `durable runs redrive` puts a dead run back to work; `durable dlq list`

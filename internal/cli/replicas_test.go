@@ -12,8 +12,8 @@ import (
 
 	"github.com/durable-run/durable/internal/cli"
 	"github.com/durable-run/durable/internal/fleet"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // --replicas N on a server that is not clustered can never work: the

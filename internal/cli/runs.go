@@ -13,12 +13,13 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs list", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable runs list", stderr)
+	var c service.Conn
+	c.Register(fs)
 	status := fs.String("status", "", "only runs in this status (running, waiting, completed, failed, cancelled, dead)")
 	workflow := fs.String("workflow", "", "only runs of this workflow")
 	olderThan := fs.Duration("older-than", 0, "only runs created more than this long ago (e.g. 24h)")
@@ -27,18 +28,18 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	stuck := fs.Bool("stuck", false, "only stuck runs: running with no commit for longer than --stuck-after")
 	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "how long a running run may go without a commit before it counts as stuck (the scheduler's default)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("runs list: unexpected argument %q", pos[0])
+		return service.Usagef("runs list: unexpected argument %q", pos[0])
 	}
 	if *status != "" && !checkpoint.Status(*status).Valid() {
-		return usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
+		return service.Usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
 	}
 	if *stuckAfter <= 0 {
-		return usagef("runs list: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
+		return service.Usagef("runs list: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
 	}
 	f := client.ListFilter{Status: checkpoint.Status(*status), Workflow: *workflow, OlderThan: *olderThan, NewerThan: *newerThan,
 		PastTTL: *pastTTL, Stuck: *stuck, StuckAfter: *stuckAfter, Now: time.Now()}
@@ -49,7 +50,7 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer s.Close()
 	sums, err := cl.List(ctx, f)
 	if errors.Is(err, client.ErrBadFilter) {
-		return usagef("runs list: %v", err)
+		return service.Usagef("runs list: %v", err)
 	}
 	if err != nil {
 		return err
@@ -81,16 +82,16 @@ func listNote(r client.RunSummary, now time.Time) string {
 }
 
 func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable runs show", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable runs show", stderr)
+	var c service.Conn
+	c.Register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("runs show: want exactly one RUN")
+		return service.Usagef("runs show: want exactly one RUN")
 	}
 	cl, s, err := openClient(ctx, &c, stderr)
 	if err != nil {

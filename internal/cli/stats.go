@@ -9,24 +9,25 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 func cmdStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("durable stats", stderr)
-	var c conn
-	c.register(fs)
+	fs := service.NewFlagSet("durable stats", stderr)
+	var c service.Conn
+	c.Register(fs)
 	sample := fs.Int("sample", client.DefaultStatsSample, "read the checkpoints of this many most recently updated runs (0 or less: all runs)")
 	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "a running run with no commit for this long is stuck (the scheduler's default)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseArgs(fs, args)
+	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("stats: unexpected argument %q", pos[0])
+		return service.Usagef("stats: unexpected argument %q", pos[0])
 	}
 	if *stuckAfter <= 0 {
-		return usagef("stats: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
+		return service.Usagef("stats: --stuck-after %s: want a positive duration, e.g. 5m", *stuckAfter)
 	}
 	if *sample <= 0 {
 		*sample = -1

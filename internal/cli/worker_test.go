@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // The worker command runs the reference workflows against the stores the

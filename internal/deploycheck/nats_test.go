@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // setNATSEnv sets what the compose file gives every nats-server node: the

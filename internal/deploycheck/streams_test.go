@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 var update = flag.Bool("update", false, "rewrite deploy/nats/streams and deploy/nats/consumers from the code")

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // One run per boundary of the step protocol.

@@ -15,13 +15,15 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/worker"
 )
 
 // Points of the step protocol where a crash can be injected.
@@ -90,16 +92,41 @@ func Parse(spec string) (*Injector, error) {
 	return in, nil
 }
 
-// At crashes the process if a fault is set for run:step at point and this is
-// the step's first delivery.
-func (in *Injector) At(run string, step, delivery int, point string) {
-	if in == nil || delivery != 1 {
+// Hooks returns the worker hooks that inject the faults of spec (the
+// DURABLE_CRASH syntax): none for an empty spec, so a worker without
+// faults pays nothing for them.
+func Hooks(spec string) ([]worker.Hook, error) {
+	in, err := Parse(spec)
+	if in == nil || err != nil {
+		return nil, err
+	}
+	return []worker.Hook{in}, nil
+}
+
+// boundaries maps each point to the worker boundary where it fires. A hang
+// fires on receipt, before the worker starts heartbeating the delivery,
+// so that the step looks hung to the server.
+var boundaries = map[string]worker.Boundary{
+	Before: worker.BeforeStep, Stop: worker.BeforeStep, Hang: worker.Received,
+	AfterEffect: worker.AfterCall, AfterRecord: worker.AfterRecord,
+	AfterCheckpoint: worker.AfterCheckpoint, AfterPublish: worker.AfterPublish,
+}
+
+// At is the worker hook: it crashes, hangs or stops the process if a fault
+// is set for the delivery's run and step at boundary b and this is the
+// step's first delivery.
+func (in *Injector) At(_ context.Context, b worker.Boundary, d worker.Delivery) {
+	if in == nil || d.Attempt != 1 {
 		return
 	}
-	p, ok := in.points[key{run, step}]
-	if !ok || p != point {
+	point, ok := in.points[key{d.RunID, d.Step}]
+	if !ok || boundaries[point] != b {
 		return
 	}
+	in.fire(d.RunID, d.Step, point)
+}
+
+func (in *Injector) fire(run string, step int, point string) {
 	if point == Hang {
 		// Tests find the hung process by this line.
 		fmt.Fprintf(os.Stderr, "durable-fault: hang run=%s step=%d pid=%d\n", run, step, os.Getpid())
@@ -128,13 +155,4 @@ func (in *Injector) At(run string, step, delivery int, point string) {
 	// SIGKILL ourselves: no deferred functions, no flushing, like an OOM kill.
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
-}
-
-// Hangs reports whether run:step has a hang fault on its first delivery, so
-// the worker can stop heartbeating it.
-func (in *Injector) Hangs(run string, step, delivery int) bool {
-	if in == nil || delivery != 1 {
-		return false
-	}
-	return in.points[key{run, step}] == Hang
 }

@@ -1,6 +1,16 @@
 package faults
 
-import "testing"
+import (
+	"context"
+	"testing"
+
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+// at calls the injector as the worker does at the boundary of point.
+func at(in *Injector, run string, step, delivery int, point string) {
+	in.At(context.Background(), boundaries[point], worker.Delivery{RunID: run, Step: step, Attempt: delivery})
+}
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
@@ -28,32 +38,33 @@ func TestAtFiresOnFirstDeliveryOnly(t *testing.T) {
 	in.Kill = func() { kills++ }
 	in.OnHang = func() { hangs++ }
 
-	in.At("claim-0042", 7, 2, Before) // redelivery: no crash
-	in.At("claim-0042", 6, 1, Before) // other step
-	in.At("claim-0042", 7, 1, AfterEffect)
+	at(in, "claim-0042", 7, 2, Before) // redelivery: no crash
+	at(in, "claim-0042", 6, 1, Before) // other step
+	at(in, "claim-0042", 7, 1, AfterEffect)
 	if kills != 0 {
 		t.Fatalf("%d kills before the planned point", kills)
 	}
-	in.At("claim-0042", 7, 1, Before)
-	in.At("claim-0043", 6, 1, AfterEffect)
+	at(in, "claim-0042", 7, 1, Before)
+	at(in, "claim-0043", 6, 1, AfterEffect)
 	if kills != 2 {
 		t.Fatalf("%d kills, want 2", kills)
 	}
-	in.At("agent-1", 2, 1, AfterEffect) // the call returned, not yet recorded
+	at(in, "agent-1", 2, 1, AfterEffect) // the call returned, not yet recorded
 	if kills != 2 {
 		t.Fatalf("after-record fault fired at after-effect")
 	}
-	in.At("agent-1", 2, 1, AfterRecord)
+	at(in, "agent-1", 2, 1, AfterRecord)
 	if kills != 3 {
 		t.Fatalf("%d kills, want 3", kills)
 	}
-	if !in.Hangs("claim-0044", 6, 1) || in.Hangs("claim-0044", 6, 2) || in.Hangs("claim-0042", 7, 1) {
-		t.Fatal("Hangs wrong")
+	at(in, "claim-0044", 6, 1, Before) // a hang fires on receipt, before the step
+	if hangs != 0 {
+		t.Fatal("hang fault fired before the step, not on receipt")
 	}
-	in.At("claim-0044", 6, 1, Hang)
+	at(in, "claim-0044", 6, 1, Hang)
 	if hangs != 1 || kills != 3 {
 		t.Fatalf("hangs %d kills %d", hangs, kills)
 	}
 	var none *Injector
-	none.At("claim-0042", 7, 1, Before) // nil injects nothing
+	at(none, "claim-0042", 7, 1, Before) // nil injects nothing
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // faultEvent is one step of the fault schedule as it happened.

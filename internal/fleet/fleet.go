@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/durable-run/durable/internal/cli"
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/service"
 )
 
 // Options shape a fleet. Zero values are the defaults.
@@ -122,7 +122,7 @@ func Start(tb testing.TB, dir string, o Options) *Fleet {
 		f.RedisURL = f.Redis.URL()
 	}
 	// The test reaches the store with the client the services build.
-	rdb, err := cli.RedisClient(f.RedisURL)
+	rdb, err := service.RedisClient(f.RedisURL)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -23,11 +23,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 const (

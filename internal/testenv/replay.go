@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-run/durable/internal/queue"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // RepublishSteps publishes a copy of every stored step message with a

@@ -25,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
+	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/blob/objstore"
@@ -152,10 +153,14 @@ func runCrashWorker() error {
 		return err
 	}
 	log := zerolog.New(os.Stderr).With().Timestamp().Int("pid", os.Getpid()).Logger().Level(zerolog.InfoLevel)
+	hooks, err := faults.Hooks(os.Getenv(envCrashSpec))
+	if err != nil {
+		return err
+	}
 	w, err := worker.New(worker.Config{
 		JetStream: js, Store: store, Registry: steps.NewRegistry().MustRegister(crashAgent(m, os.Getenv(envToolLog))),
 		Concurrency: 4, AckWait: 2 * time.Second, DrainTimeout: 2 * time.Second,
-		Logger: &log, Crash: os.Getenv(envCrashSpec), Blobs: blobs,
+		Logger: &log, Hooks: hooks, Blobs: blobs,
 	})
 	if err != nil {
 		return err

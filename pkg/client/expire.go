@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // What Expire did.

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // ErrNotDead: only a dead run can be redriven.

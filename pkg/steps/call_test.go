@@ -419,35 +419,6 @@ func TestCallConcurrentAttemptWinsWithOtherArgs(t *testing.T) {
 	}
 }
 
-func TestCallAfterCallHook(t *testing.T) {
-	var mu sync.Mutex
-	var events []string
-	log := func(e string) {
-		mu.Lock()
-		defer mu.Unlock()
-		events = append(events, e)
-	}
-	j := newJournal()
-	j.onRecord = func(rec checkpoint.CallRecord) { log("record " + rec.Name) }
-	newCtx := func(n int) *steps.Context {
-		return steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, Attempt: n, Recorder: j, Journal: j.records(), AfterCall: func(name string) { log("after " + name) }})
-	}
-	fn := func(context.Context) (int, error) { log("fn"); return 1, nil }
-	failing := func(context.Context) (int, error) { log("fn fails"); return 0, errors.New("no") }
-
-	s := newCtx(1)
-	_, _ = steps.Call(ctx, s, "bad", nil, failing)
-	_, err := steps.Call(ctx, s, "pay", nil, fn)
-	must(t, err)
-	// A replay runs neither fn nor the hook.
-	_, err = steps.Call(ctx, newCtx(2), "pay", nil, fn)
-	must(t, err)
-
-	if want := []string{"fn fails", "fn", "after pay", "record pay"}; !reflect.DeepEqual(events, want) {
-		t.Fatalf("events = %q, want %q", events, want)
-	}
-}
-
 func TestCallRecorderError(t *testing.T) {
 	errStore := errors.New("redis: connection refused")
 	j, m := newJournal(), &model{}

@@ -39,14 +39,6 @@ type ContextConfig struct {
 	Approvals []checkpoint.Approval
 	// Heartbeat tells the queue the step is still alive. Optional.
 	Heartbeat func()
-	// AfterCall runs after a call's function returned and before its result
-	// is journaled: the point where a crash leaves an effect unrecorded.
-	// Used for crash injection. Optional.
-	AfterCall func(name string)
-	// AfterRecord runs after a call's result is journaled, before the step
-	// goes on: the point where a crash leaves a recorded call and no
-	// checkpoint. Used for crash injection. Optional.
-	AfterRecord func(name string)
 	// BlobStore keeps the blobs of PutBlob and GetBlob. Optional: without
 	// one they fail with ErrNoBlobStore. Tests of a workflow's steps can
 	// use blob.NewMemory.
@@ -269,9 +261,6 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 	if err != nil {
 		return zero, fmt.Errorf("call %s: encode result: %w", name, err)
 	}
-	if s.cfg.AfterCall != nil {
-		s.cfg.AfterCall(name)
-	}
 	rec = checkpoint.CallRecord{Name: name, ArgsSHA256: argsSum, Result: result, At: time.Now().UTC()}
 	if note != nil {
 		rec.Note = note(v)
@@ -289,9 +278,6 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 			// A concurrent attempt of this step recorded first: its result
 			// is the one the run continues with.
 			return replayCall[T](s, name, argsSum, stored)
-		}
-		if s.cfg.AfterRecord != nil {
-			s.cfg.AfterRecord(name)
 		}
 	}
 	s.mu.Lock()

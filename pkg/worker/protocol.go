@@ -13,9 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/durable-run/durable/internal/faults"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -149,11 +148,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	// back, not only while the step body runs: a slow load, commit or
 	// publish (a store failing over) must not let the ack wait run out
 	// and the step be delivered to a second worker meanwhile.
-	if !w.faults.Hangs(m.RunID, m.Step, d.attempt) { // a hung step must look hung to the server
-		hb := startHeartbeat(msg, w.heartbeat)
-		defer hb.stop()
-		d.msg = settling{Msg: msg, hb: hb}
-	}
+	w.at(ctx, Received, d)
+	hb := startHeartbeat(msg, w.heartbeat)
+	defer hb.stop()
+	d.msg = settling{Msg: msg, hb: hb}
 	w.step(ctx, d)
 }
 
@@ -285,18 +283,15 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		}
 		state = snap.Previous.State
 	}
-	w.faults.At(run.ID, m.Step, d.attempt, faults.Before)
-	w.faults.At(run.ID, m.Step, d.attempt, faults.Stop)
+	w.at(ctx, BeforeStep, d)
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
-		Journal:     journalOf(snap.Journal, run.Resumes),
-		Recorder:    recorder{store: w.cfg.Store, run: run.ID, step: m.Step, gen: run.Resumes},
-		Approvals:   approvalsFor(run, m.Step),
-		Heartbeat:   func() { _ = d.msg.InProgress() },
-		AfterCall:   func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterEffect) },
-		AfterRecord: func(string) { w.faults.At(run.ID, m.Step, d.attempt, faults.AfterRecord) },
-		BlobStore:   w.cfg.Blobs,
+		Journal:   journalOf(snap.Journal, run.Resumes),
+		Recorder:  recorder{w: w, d: d, gen: run.Resumes},
+		Approvals: approvalsFor(run, m.Step),
+		Heartbeat: func() { _ = d.msg.InProgress() },
+		BlobStore: w.cfg.Blobs,
 	})
 	began := time.Now()
 	res, err := w.execute(ctx, d, def, sctx, run.StepName, state, m.Step == 1)
@@ -373,7 +368,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 		w.statusChanged(ctx, committed)
 	}
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
-	w.faults.At(run.ID, m.Step, d.attempt, faults.AfterCheckpoint)
+	w.at(ctx, AfterCheckpoint, d)
 
 	// 4. Publish step n+1 and wait for the PubAck. 5. Ack n.
 	w.continueAfter(ctx, d, committed, cp, outcomeOf(cp.Status))
@@ -416,7 +411,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 			w.c.republished.Add(1)
 			d.log.Info().Msg("step already committed; published the next step again")
 		}
-		w.faults.At(run.ID, cp.Step, d.attempt, faults.AfterPublish)
+		w.at(ctx, AfterPublish, d)
 	} else if outcome == "replayed" {
 		d.log.Debug().Msg("step already committed; nothing to do")
 	}
@@ -649,7 +644,6 @@ func (w *Worker) execute(ctx context.Context, d *delivery, def steps.Definition,
 			err = fmt.Errorf("step %s panicked: %v", name, p)
 		}
 	}()
-	w.faults.At(d.m.RunID, d.m.Step, d.attempt, faults.Hang)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
 	defer cancel()
 	return def.Execute(ctx, sctx, name, state, first)
@@ -718,16 +712,22 @@ func approvalsFor(run checkpoint.Run, n int) []checkpoint.Approval {
 // that parked runs again from its start and must re-read its facts, so
 // the calls recorded before it parked are not replayed to it.
 type recorder struct {
-	store checkpoint.Store
-	run   string
-	step  int
-	gen   int
+	w   *Worker
+	d   *delivery
+	gen int
 }
 
+// RecordCall journals rec under the run's generation. The hooks see the
+// call returned (AfterCall) and, when this attempt's result is the one
+// stored, recorded (AfterRecord).
 func (r recorder) RecordCall(ctx context.Context, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	r.w.at(ctx, AfterCall, r.d)
 	name := rec.Name
 	rec.Name = genPrefix(r.gen) + name
-	stored, err := r.store.RecordCall(ctx, r.run, r.step, rec)
+	stored, err := r.w.cfg.Store.RecordCall(ctx, r.d.m.RunID, r.d.m.Step, rec)
+	if err == nil && string(stored.Result) == string(rec.Result) && stored.ArgsSHA256 == rec.ArgsSHA256 {
+		r.w.at(ctx, AfterRecord, r.d)
+	}
 	stored.Name = name
 	return stored, err
 }

@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 func TestPrefetchFollowsStepTime(t *testing.T) {

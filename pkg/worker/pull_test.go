@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )

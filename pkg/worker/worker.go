@@ -11,10 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/durable-run/durable/internal/faults"
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -50,9 +49,9 @@ type Config struct {
 	MaxAckPending int
 	// Logger for structured logs. Default: zerolog's global logger.
 	Logger *zerolog.Logger
-	// Crash injects crashes for tests and the demo (DURABLE_CRASH syntax,
-	// see internal/faults). Leave empty in production.
-	Crash string
+	// Hooks run at the boundaries of the step protocol (hooks.go), in
+	// order. Optional.
+	Hooks []Hook
 	// Metrics receives step events. Optional.
 	Metrics Metrics
 	// Blobs keeps what steps store with PutBlob. Optional: without it
@@ -133,7 +132,6 @@ type Worker struct {
 	// from cfg.AckWait when the consumer was created by someone else.
 	heartbeat time.Duration
 	log       zerolog.Logger
-	faults    *faults.Injector
 	c         counters
 	sem       chan struct{}
 	sticky    *sticky
@@ -157,10 +155,6 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.AckWait > 0 && cfg.AckWait < 500*time.Millisecond {
 		errs = append(errs, fmt.Errorf("worker: AckWait %s is too short (min 500ms)", cfg.AckWait))
 	}
-	inj, err := faults.Parse(cfg.Crash)
-	if err != nil {
-		errs = append(errs, err)
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -179,7 +173,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NopMetrics{}
 	}
-	w := &Worker{cfg: cfg, faults: inj, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes)}
+	w := &Worker{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes)}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/testfleet"
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/scheduler"
 )
 
 // With --blob-retention the scheduler deletes the blobs of runs that ended

@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -33,15 +33,15 @@ const redisForms = "want redis://[user:password@]host:port[/db], rediss:// for T
 // redis+cluster:// URL that follows a failover at once. For tests and
 // tools that must reach the store exactly as the fleet does.
 func RedisClient(rawURL string) (redis.UniversalClient, error) {
-	c := conn{redisURL: rawURL}
+	c := Conn{RedisURL: rawURL}
 	return c.redisClient()
 }
 
 // redisClient builds the client --redis names: a single server or, with a
 // +cluster scheme, a Redis Cluster client that follows MOVED and ASK
 // redirections and retries TRYAGAIN and CLUSTERDOWN during a failover.
-func (c *conn) redisClient() (redis.UniversalClient, error) {
-	scheme, rest := splitScheme(c.redisURL)
+func (c *Conn) redisClient() (redis.UniversalClient, error) {
+	scheme, rest := splitScheme(c.RedisURL)
 	base, cluster := strings.CutSuffix(strings.TrimSuffix(scheme, "://"), clusterScheme)
 	if !cluster {
 		opt, err := c.redisSingleOptions()
@@ -51,7 +51,7 @@ func (c *conn) redisClient() (redis.UniversalClient, error) {
 		return redis.NewClient(opt), nil
 	}
 	if base != "redis" && base != "rediss" {
-		return nil, usagef("redis URL %s: unknown scheme %s; %s", redactURL(c.redisURL), strings.TrimSuffix(scheme, "://"), redisForms)
+		return nil, Usagef("redis URL %s: unknown scheme %s; %s", RedactURL(c.RedisURL), strings.TrimSuffix(scheme, "://"), redisForms)
 	}
 	plain := base + "://" + rest
 	opt, err := redis.ParseClusterURL(plain)
@@ -60,11 +60,11 @@ func (c *conn) redisClient() (redis.UniversalClient, error) {
 	}
 	if u, err := url.Parse(plain); err == nil {
 		if u.Host == "" {
-			return nil, usagef("redis URL %s: name a node of the cluster as host:port; %s", redactURL(c.redisURL), redisForms)
+			return nil, Usagef("redis URL %s: name a node of the cluster as host:port; %s", RedactURL(c.RedisURL), redisForms)
 		}
 		// ParseClusterURL ignores the path; a Cluster has database 0 only.
 		if u.Path != "" && u.Path != "/" && u.Path != "/0" {
-			return nil, usagef("redis URL %s: a Redis Cluster has database 0 only, not %s; drop the path", redactURL(c.redisURL), strings.TrimPrefix(u.Path, "/"))
+			return nil, Usagef("redis URL %s: a Redis Cluster has database 0 only, not %s; drop the path", RedactURL(c.RedisURL), strings.TrimPrefix(u.Path, "/"))
 		}
 	}
 	if err := c.redisTLSConfig(opt.TLSConfig); err != nil {
@@ -108,12 +108,12 @@ func (reloadOnDialError) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 	return next
 }
 
-func (c *conn) redisSingleOptions() (*redis.Options, error) {
+func (c *Conn) redisSingleOptions() (*redis.Options, error) {
 	// ParseURL would say "unexpected option: addr": say what it means.
-	if u, err := url.Parse(c.redisURL); err == nil && u.Query().Has("addr") {
-		return nil, usagef("redis URL %s: addr parameters name the other nodes of a Redis Cluster: write the scheme %s+cluster://", redactURL(c.redisURL), u.Scheme)
+	if u, err := url.Parse(c.RedisURL); err == nil && u.Query().Has("addr") {
+		return nil, Usagef("redis URL %s: addr parameters name the other nodes of a Redis Cluster: write the scheme %s+cluster://", RedactURL(c.RedisURL), u.Scheme)
 	}
-	opt, err := redis.ParseURL(c.redisURL)
+	opt, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		return nil, c.redisURLError(err)
 	}
@@ -124,37 +124,37 @@ func (c *conn) redisSingleOptions() (*redis.Options, error) {
 }
 
 // redisURLError is the usage error of a --redis URL go-redis refused.
-func (c *conn) redisURLError(err error) error {
+func (c *Conn) redisURLError(err error) error {
 	// url.Parse quotes the whole URL, password included: keep only what
 	// it says is wrong.
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
-	return usagef("redis URL %s: %s (%s)", redactURL(c.redisURL), c.scrub(err), redisForms)
+	return Usagef("redis URL %s: %s (%s)", RedactURL(c.RedisURL), c.scrub(err), redisForms)
 }
 
 // redisTLSConfig adds --redis-tls-ca and the client certificate to cfg,
 // the TLS settings of a rediss URL (nil for the others).
-func (c *conn) redisTLSConfig(cfg *tls.Config) error {
+func (c *Conn) redisTLSConfig(cfg *tls.Config) error {
 	if cfg == nil {
 		return nil
 	}
 	if c.redisTLS.ca != "" {
 		pem, err := os.ReadFile(c.redisTLS.ca)
 		if err != nil {
-			return usagef("--redis-tls-ca %s: %v", c.redisTLS.ca, err)
+			return Usagef("--redis-tls-ca %s: %v", c.redisTLS.ca, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return usagef("--redis-tls-ca %s: no PEM certificate in it", c.redisTLS.ca)
+			return Usagef("--redis-tls-ca %s: no PEM certificate in it", c.redisTLS.ca)
 		}
 		cfg.RootCAs = pool
 	}
 	if c.redisTLS.cert != "" {
 		cert, err := tls.LoadX509KeyPair(c.redisTLS.cert, c.redisTLS.key)
 		if err != nil {
-			return usagef("--redis-tls-cert %s / --redis-tls-key %s: %v", c.redisTLS.cert, c.redisTLS.key, err)
+			return Usagef("--redis-tls-cert %s / --redis-tls-key %s: %v", c.redisTLS.cert, c.redisTLS.key, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
@@ -165,11 +165,11 @@ func (c *conn) redisTLSConfig(cfg *tls.Config) error {
 // server or a Cluster) is what the server is: a single-node client on a
 // Cluster node would fail with MOVED on the runs whose slots live
 // elsewhere, and a Cluster client on a plain server cannot start at all.
-func (c *conn) checkRedis(ctx context.Context, rdb redis.UniversalClient) error {
-	where := redactURL(c.redisURL)
+func (c *Conn) checkRedis(ctx context.Context, rdb redis.UniversalClient) error {
+	where := RedactURL(c.RedisURL)
 	_, isCluster := rdb.(*redis.ClusterClient)
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		hint := redisHint(err, strings.HasPrefix(c.redisURL, "rediss") && c.redisTLS.cert == "")
+		hint := redisHint(err, strings.HasPrefix(c.RedisURL, "rediss") && c.redisTLS.cert == "")
 		if isCluster && hint == "" {
 			if enabled, known := c.clusterEnabled(ctx, rdb.(*redis.ClusterClient).Options()); known && !enabled {
 				hint = " (that server is not in cluster mode (cluster-enabled no): for a single server write redis:// instead of redis+cluster://)"
@@ -179,7 +179,7 @@ func (c *conn) checkRedis(ctx context.Context, rdb redis.UniversalClient) error 
 	}
 	if cl, ok := rdb.(*redis.Client); ok {
 		if enabled, known := infoClusterEnabled(ctx, cl); known && enabled {
-			return usagef("Redis at %s is a Redis Cluster node: write the URL as redis+cluster://host:port?addr=host2:port&addr=host3:port "+
+			return Usagef("Redis at %s is a Redis Cluster node: write the URL as redis+cluster://host:port?addr=host2:port&addr=host3:port "+
 				"(rediss+cluster:// for TLS), or every run whose slot lives on another node fails with MOVED", where)
 		}
 	}
@@ -189,7 +189,7 @@ func (c *conn) checkRedis(ctx context.Context, rdb redis.UniversalClient) error 
 // clusterEnabled asks the first seed of a Cluster URL whether it runs in
 // cluster mode; known is false when it could not tell (down, or INFO is
 // not allowed to this user).
-func (c *conn) clusterEnabled(ctx context.Context, opt *redis.ClusterOptions) (enabled, known bool) {
+func (c *Conn) clusterEnabled(ctx context.Context, opt *redis.ClusterOptions) (enabled, known bool) {
 	if len(opt.Addrs) == 0 {
 		return false, false
 	}

@@ -3,7 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/durable-run/durable/internal/scheduler"
+	"github.com/durable-run/durable/pkg/scheduler"
 )
 
 // RegisterScheduler exports the counters of the scheduler stats returns

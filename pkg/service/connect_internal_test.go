@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"errors"
@@ -17,14 +17,14 @@ func TestRedactURL(t *testing.T) {
 		{"unix://u:pw@/run/redis.sock", "unix://***@/run/redis.sock"},
 		{"unix:///run/redis.sock", "unix:///run/redis.sock"},
 	} {
-		if got := redactURL(tc.in); got != tc.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
 
 func TestScrub(t *testing.T) {
-	c := conn{natsURL: "nats://w:nats-pw%40x@h:4222", redisURL: "redis://u:redis-pw@h:6379", natsPassword: "flag-pw"}
+	c := Conn{NATSURL: "nats://w:nats-pw%40x@h:4222", RedisURL: "redis://u:redis-pw@h:6379", natsPassword: "flag-pw"}
 	for _, tc := range []struct{ in, want string }{
 		{`parse "nats://w:nats-pw%40x@h:4222": bad`, `parse "nats://***@h:4222": bad`},
 		{`invalid port ":redis-pw" after host`, `invalid port "***" after host`},

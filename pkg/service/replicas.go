@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/pkg/blob/objstore"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // maxReplicas is JetStream's limit on the replicas of a stream.
@@ -23,7 +23,7 @@ func parseReplicas(v string) (int, error) {
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 || n > maxReplicas {
-		return 0, usagef("--replicas %q (env DURABLE_REPLICAS): want a number from 1 to %d: 1 on one NATS server, 3 on a three-node cluster", v, maxReplicas)
+		return 0, Usagef("--replicas %q (env DURABLE_REPLICAS): want a number from 1 to %d: 1 on one NATS server, 3 on a three-node cluster", v, maxReplicas)
 	}
 	return n, nil
 }
@@ -58,15 +58,15 @@ func replicasHint(err error, replicas int) string {
 // the replica count asked for (it is not clustered), so that a service
 // stops instead of retrying forever; other errors are returned as they
 // are, with replicasHint's explanation when it has one.
-func (c *conn) replicasError(err error) error {
+func (c *Conn) ReplicasError(err error) error {
 	if err == nil {
 		return nil
 	}
 	var api *jetstream.APIError
-	if errors.As(err, &api) && api.ErrorCode == errCodeReplicasNotSupported && c.replicas > 1 {
-		return usageError{err.Error() + replicasHint(err, c.replicas)}
+	if errors.As(err, &api) && api.ErrorCode == errCodeReplicasNotSupported && c.Replicas > 1 {
+		return UsageError{Msg: err.Error() + replicasHint(err, c.Replicas)}
 	}
-	if hint := replicasHint(err, c.replicas); hint != "" {
+	if hint := replicasHint(err, c.Replicas); hint != "" {
 		return fmt.Errorf("%w%s", err, hint)
 	}
 	return err
@@ -74,10 +74,10 @@ func (c *conn) replicasError(err error) error {
 
 // openBlobs opens the blob store (Object Store bucket DURABLE_BLOBS),
 // creating it with --replicas when it is missing.
-func (c *conn) openBlobs(ctx context.Context, s *session) (*objstore.Store, error) {
-	blobs, err := objstore.New(ctx, s.js, objstore.Options{Replicas: c.replicas})
+func (c *Conn) OpenBlobs(ctx context.Context, s *Session) (*objstore.Store, error) {
+	blobs, err := objstore.New(ctx, s.JetStream, objstore.Options{Replicas: c.Replicas})
 	if err != nil {
-		return nil, c.replicasError(fmt.Errorf("open the blob store (Object Store bucket %s): %w", objstore.DefaultBucket, err))
+		return nil, c.ReplicasError(fmt.Errorf("open the blob store (Object Store bucket %s): %w", objstore.DefaultBucket, err))
 	}
 	return blobs, nil
 }
@@ -86,22 +86,22 @@ func (c *conn) openBlobs(ctx context.Context, s *session) (*objstore.Store, erro
 // replicas than --replicas asks for: they are never changed by a process
 // starting (an operator may have tuned them), so the operator must raise
 // them (nats stream edit NAME --replicas N).
-func (c *conn) warnFewReplicas(ctx context.Context, s *session, log zerolog.Logger) {
-	if c.replicas <= 1 {
+func (c *Conn) WarnFewReplicas(ctx context.Context, s *Session, log zerolog.Logger) {
+	if c.Replicas <= 1 {
 		return
 	}
 	names := []string{queue.StepStream, queue.DLQStream, queue.EventStream, "OBJ_" + objstore.DefaultBucket}
-	if c.redisURL == "" {
-		names = append(names, "KV_"+c.bucket)
+	if c.RedisURL == "" {
+		names = append(names, "KV_"+c.KVBucket)
 	}
 	for _, name := range names {
-		st, err := s.js.Stream(ctx, name)
+		st, err := s.JetStream.Stream(ctx, name)
 		if err != nil {
 			continue // missing: created with --replicas; unreachable: reported elsewhere
 		}
-		if have := st.CachedInfo().Config.Replicas; have < c.replicas {
-			log.Warn().Str("stream", name).Int("replicas", have).Int("want", c.replicas).
-				Msgf("stream %s has %d replica(s), fewer than --replicas %d; raise it with `nats stream edit %s --replicas %d`", name, have, c.replicas, name, c.replicas)
+		if have := st.CachedInfo().Config.Replicas; have < c.Replicas {
+			log.Warn().Str("stream", name).Int("replicas", have).Int("want", c.Replicas).
+				Msgf("stream %s has %d replica(s), fewer than --replicas %d; raise it with `nats stream edit %s --replicas %d`", name, have, c.Replicas, name, c.Replicas)
 		}
 	}
 }

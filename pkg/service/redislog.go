@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -18,4 +18,4 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 }
 
 // useRedisLogger routes go-redis's logging (a process-wide setting) to log.
-func useRedisLogger(log zerolog.Logger) { redis.SetLogger(redisLogger{log: log}) }
+func UseRedisLogger(log zerolog.Logger) { redis.SetLogger(redisLogger{log: log}) }

@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -26,16 +26,25 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 )
 
-// conn holds the connection settings every command shares. Commands take
-// them from flags, then env (register); `durable dev` and the demo set the
-// URLs of their embedded servers directly and read nothing from env.
+// Conn holds the connection settings every durable process shares: the
+// NATS servers, the checkpoint store (Redis, or JetStream KV when no Redis
+// URL is given), credentials, TLS and the replicas of what it creates.
+// Commands take them from flags, then from DURABLE_* variables (Register);
+// a program that starts its own servers sets the URLs directly and reads
+// nothing from the environment.
 //
 // Secrets (passwords, URLs with user info) are never printed: not in logs,
 // errors or the flags' help, whose defaults are left empty for that reason.
-type conn struct {
-	natsURL  string
-	redisURL string
-	bucket   string
+type Conn struct {
+	// NATSURL is the NATS server URL, or several comma-separated.
+	// Default nats://127.0.0.1:4222.
+	NATSURL string
+	// RedisURL is the checkpoint store's Redis (redis://, rediss://,
+	// unix://, redis+cluster://). Empty: the JetStream KV store.
+	RedisURL string
+	// KVBucket is the JetStream KV bucket of the store when RedisURL is
+	// empty. Default "durable".
+	KVBucket string
 
 	natsCreds    string // credentials file: user JWT and nkey seed
 	natsNkey     string // nkey seed file
@@ -47,9 +56,10 @@ type conn struct {
 	natsInbox string
 	redisTLS  tlsFiles
 
-	// replicas of the streams and buckets this process creates when they
-	// are missing (settle parses replicasArg; 1 when not given).
-	replicas    int
+	// Replicas of the streams and buckets this process creates when they
+	// are missing. Settle sets it from --replicas (DURABLE_REPLICAS);
+	// default 1.
+	Replicas    int
 	replicasArg string
 
 	// fromEnv are the flags that fall back to env when not given.
@@ -64,8 +74,8 @@ func (t tlsFiles) any() bool { return t.ca != "" || t.cert != "" || t.key != "" 
 
 const defaultBucket = "durable"
 
-func (c *conn) register(fs *flag.FlagSet) {
-	c.flag(fs, &c.natsURL, "nats", "DURABLE_NATS_URL", nats.DefaultURL,
+func (c *Conn) Register(fs *flag.FlagSet) {
+	c.flag(fs, &c.NATSURL, "nats", "DURABLE_NATS_URL", nats.DefaultURL,
 		"NATS server `URL`, or several comma-separated; nats://user:password@host:port is accepted, tls:// asks for TLS")
 	c.flag(fs, &c.natsCreds, "nats-creds", "DURABLE_NATS_CREDS", "", "NATS credentials `file` (user JWT and nkey seed, from nsc)")
 	c.flag(fs, &c.natsNkey, "nats-nkey", "DURABLE_NATS_NKEY", "", "NATS nkey seed `file` (nk -gen user)")
@@ -76,20 +86,20 @@ func (c *conn) register(fs *flag.FlagSet) {
 	c.flag(fs, &c.natsTLS.key, "nats-tls-key", "DURABLE_NATS_TLS_KEY", "", "PEM client key `file` of --nats-tls-cert")
 	c.flag(fs, &c.natsInbox, "nats-inbox-prefix", "DURABLE_NATS_INBOX_PREFIX", nats.InboxPrefix[:len(nats.InboxPrefix)-1],
 		"subject `prefix` of this process's replies, one its NATS user may subscribe to (deploy/nats: _INBOX_<user>)")
-	c.flag(fs, &c.redisURL, "redis", "DURABLE_REDIS_URL", "",
+	c.flag(fs, &c.RedisURL, "redis", "DURABLE_REDIS_URL", "",
 		"Redis `URL` of the checkpoint store: redis://[user:password@]host:port[/db], rediss:// for TLS, unix:///path; "+
 			"a Redis Cluster as redis+cluster://[user:password@]host1:port?addr=host2:port&addr=host3:port (rediss+cluster:// for TLS); empty uses JetStream KV")
 	c.flag(fs, &c.redisTLS.ca, "redis-tls-ca", "DURABLE_REDIS_TLS_CA", "", "PEM `file` of the CA that signed the Redis server's certificate (rediss:// URLs)")
 	c.flag(fs, &c.redisTLS.cert, "redis-tls-cert", "DURABLE_REDIS_TLS_CERT", "", "PEM client certificate `file`, for a Redis with tls-auth-clients")
 	c.flag(fs, &c.redisTLS.key, "redis-tls-key", "DURABLE_REDIS_TLS_KEY", "", "PEM client key `file` of --redis-tls-cert")
-	c.flag(fs, &c.bucket, "kv-bucket", "DURABLE_KV_BUCKET", defaultBucket, "JetStream KV `bucket` of the checkpoint store when no Redis URL is given")
+	c.flag(fs, &c.KVBucket, "kv-bucket", "DURABLE_KV_BUCKET", defaultBucket, "JetStream KV `bucket` of the checkpoint store when no Redis URL is given")
 	c.flag(fs, &c.replicasArg, "replicas", "DURABLE_REPLICAS", "1",
 		"`replicas` of the JetStream streams and buckets this process creates when they are missing: 1 on one server, 3 (or 5) on a NATS cluster; existing ones keep theirs")
 }
 
 // flag registers a string flag that falls back to env when not given. def
 // is only shown: settle applies the defaults.
-func (c *conn) flag(fs *flag.FlagSet, dst *string, name, env, def, help string) {
+func (c *Conn) flag(fs *flag.FlagSet, dst *string, name, env, def, help string) {
 	f := &envFlag{dst: dst, env: env}
 	c.fromEnv = append(c.fromEnv, f)
 	if def != "" {
@@ -117,7 +127,7 @@ func (f *envFlag) Set(v string) error {
 
 // settle fills what the command line left out from env and defaults, then
 // checks that the settings fit together. Errors are usage errors.
-func (c *conn) settle() (err error) {
+func (c *Conn) Settle() (err error) {
 	for _, f := range c.fromEnv {
 		if !f.set {
 			if v := os.Getenv(f.env); v != "" {
@@ -125,14 +135,14 @@ func (c *conn) settle() (err error) {
 			}
 		}
 	}
-	if c.natsURL == "" {
-		c.natsURL = nats.DefaultURL
+	if c.NATSURL == "" {
+		c.NATSURL = nats.DefaultURL
 	}
-	if c.bucket == "" {
-		c.bucket = defaultBucket
+	if c.KVBucket == "" {
+		c.KVBucket = defaultBucket
 	}
 	var auth []string
-	if hasUserInfo(c.natsURL) {
+	if hasUserInfo(c.NATSURL) {
 		auth = append(auth, "user info in --nats URL")
 	}
 	if c.natsCreds != "" {
@@ -145,10 +155,10 @@ func (c *conn) settle() (err error) {
 		auth = append(auth, "--nats-user/--nats-password")
 	}
 	if len(auth) > 1 {
-		return usagef("NATS credentials: give one of %s, not several", strings.Join(auth, ", "))
+		return Usagef("NATS credentials: give one of %s, not several", strings.Join(auth, ", "))
 	}
 	if (c.natsUser == "") != (c.natsPassword == "") {
-		return usagef("NATS credentials: --nats-user and --nats-password (env DURABLE_NATS_USER, DURABLE_NATS_PASSWORD) go together")
+		return Usagef("NATS credentials: --nats-user and --nats-password (env DURABLE_NATS_USER, DURABLE_NATS_PASSWORD) go together")
 	}
 	for _, f := range []struct{ flag, path string }{
 		{"--nats-creds", c.natsCreds}, {"--nats-nkey", c.natsNkey},
@@ -160,19 +170,23 @@ func (c *conn) settle() (err error) {
 		}
 	}
 	if (c.natsTLS.cert == "") != (c.natsTLS.key == "") {
-		return usagef("NATS TLS: --nats-tls-cert and --nats-tls-key go together")
+		return Usagef("NATS TLS: --nats-tls-cert and --nats-tls-key go together")
 	}
 	if (c.redisTLS.cert == "") != (c.redisTLS.key == "") {
-		return usagef("Redis TLS: --redis-tls-cert and --redis-tls-key go together")
+		return Usagef("Redis TLS: --redis-tls-cert and --redis-tls-key go together")
 	}
-	if c.redisTLS.any() && !strings.HasPrefix(c.redisURL, "rediss://") && !strings.HasPrefix(c.redisURL, "rediss+cluster://") {
-		return usagef("Redis TLS: --redis-tls-ca, --redis-tls-cert and --redis-tls-key need a rediss:// URL, or rediss+cluster:// for a Redis Cluster (--redis, env DURABLE_REDIS_URL)")
+	if c.redisTLS.any() && !strings.HasPrefix(c.RedisURL, "rediss://") && !strings.HasPrefix(c.RedisURL, "rediss+cluster://") {
+		return Usagef("Redis TLS: --redis-tls-ca, --redis-tls-cert and --redis-tls-key need a rediss:// URL, or rediss+cluster:// for a Redis Cluster (--redis, env DURABLE_REDIS_URL)")
 	}
-	if c.replicas, err = parseReplicas(c.replicasArg); err != nil {
+	arg := c.replicasArg
+	if arg == "" && c.Replicas != 0 {
+		arg = strconv.Itoa(c.Replicas) // set by the program, not by a flag
+	}
+	if c.Replicas, err = parseReplicas(arg); err != nil {
 		return err
 	}
 	if p := c.natsInbox; p != "" && (strings.ContainsAny(p, "*> \t") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".")) {
-		return usagef("--nats-inbox-prefix %q: want subject tokens without wildcards or a trailing dot, e.g. _INBOX_worker", p)
+		return Usagef("--nats-inbox-prefix %q: want subject tokens without wildcards or a trailing dot, e.g. _INBOX_worker", p)
 	}
 	return nil
 }
@@ -186,30 +200,32 @@ func readable(flagName, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return usagef("%s %s: no such file", flagName, path)
+			return Usagef("%s %s: no such file", flagName, path)
 		}
-		return usagef("%s %s: %v", flagName, path, errors.Unwrap(err))
+		return Usagef("%s %s: %v", flagName, path, errors.Unwrap(err))
 	}
 	_ = f.Close()
 	return nil
 }
 
-// session is an open connection to NATS and the store.
-type session struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	store checkpoint.Store
-	rdb   redis.UniversalClient
+// Session is an open connection to NATS and the checkpoint store.
+type Session struct {
+	NATS      *nats.Conn
+	JetStream jetstream.JetStream
+	Store     checkpoint.Store
+	// Redis is the store's client; nil on the JetStream KV store.
+	Redis redis.UniversalClient
 	// closed is closed by the connection's last callback.
 	closed <-chan struct{}
 }
 
-func (s *session) Close() {
-	if s.rdb != nil {
-		_ = s.rdb.Close()
+// Close closes the connections and waits for NATS's callbacks to finish.
+func (s *Session) Close() {
+	if s.Redis != nil {
+		_ = s.Redis.Close()
 	}
-	if s.nc != nil {
-		closeNATS(s.nc, s.closed)
+	if s.NATS != nil {
+		closeNATS(s.NATS, s.closed)
 	}
 }
 
@@ -227,8 +243,8 @@ func closeNATS(nc *nats.Conn, closed <-chan struct{}) {
 // open connects to NATS and the store, retrying NATS briefly so that a
 // fleet can start in any order. Refused credentials and untrusted
 // certificates fail at once: retrying does not fix them.
-func (c *conn) open(ctx context.Context, name string, log zerolog.Logger) (*session, error) {
-	if err := c.settle(); err != nil {
+func (c *Conn) Open(ctx context.Context, name string, log zerolog.Logger) (*Session, error) {
+	if err := c.Settle(); err != nil {
 		return nil, err
 	}
 	opts, err := c.natsOptions(name, log)
@@ -244,12 +260,12 @@ func (c *conn) open(ctx context.Context, name string, log zerolog.Logger) (*sess
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 	)
-	where := redactURL(c.natsURL)
-	nc, err := nats.Connect(c.natsURL, opts...)
+	where := RedactURL(c.NATSURL)
+	nc, err := nats.Connect(c.NATSURL, opts...)
 	if err != nil {
 		// Retrying on failed connects, Connect fails only on its settings
 		// (a URL that does not parse, unreadable TLS files).
-		return nil, usagef("connect to NATS at %s: %s", where, c.scrub(err))
+		return nil, Usagef("connect to NATS at %s: %s", where, c.scrub(err))
 	}
 	if err := waitConnected(ctx, nc, 10*time.Second, &attempt); err != nil {
 		closeNATS(nc, closed)
@@ -261,39 +277,39 @@ func (c *conn) open(ctx context.Context, name string, log zerolog.Logger) (*sess
 	}
 	_, tlsErr := nc.TLSConnectionState()
 	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("auth", c.natsAuthKind()).Bool("tls", tlsErr == nil).Msg("connected to NATS")
-	s := &session{nc: nc, closed: closed}
-	if s.js, err = jetstream.New(nc); err != nil {
+	s := &Session{NATS: nc, closed: closed}
+	if s.JetStream, err = jetstream.New(nc); err != nil {
 		s.Close()
 		return nil, err
 	}
-	if c.redisURL != "" {
-		if s.rdb, err = c.redisClient(); err != nil {
+	if c.RedisURL != "" {
+		if s.Redis, err = c.redisClient(); err != nil {
 			s.Close()
 			return nil, err
 		}
-		if err := c.checkRedis(ctx, s.rdb); err != nil {
+		if err := c.checkRedis(ctx, s.Redis); err != nil {
 			s.Close()
 			return nil, err
 		}
-		ev := log.Info().Str("url", redactURL(c.redisURL))
-		if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		ev := log.Info().Str("url", RedactURL(c.RedisURL))
+		if cc, ok := s.Redis.(*redis.ClusterClient); ok {
 			ev = ev.Bool("cluster", true).Int("seeds", len(cc.Options().Addrs))
 		}
 		ev.Msg("connected to Redis")
-		s.store = redisstore.New(s.rdb, redisstore.Options{})
+		s.Store = redisstore.New(s.Redis, redisstore.Options{})
 		return s, nil
 	}
-	st, err := kvstore.New(ctx, s.js, kvstore.Options{Bucket: c.bucket, Replicas: c.replicas})
+	st, err := kvstore.New(ctx, s.JetStream, kvstore.Options{Bucket: c.KVBucket, Replicas: c.Replicas})
 	if err != nil {
 		why := denied(nc)
 		s.Close()
-		return nil, c.replicasError(fmt.Errorf("open JetStream KV store: %w%s", err, why))
+		return nil, c.ReplicasError(fmt.Errorf("open JetStream KV store: %w%s", err, why))
 	}
-	s.store = st
+	s.Store = st
 	return s, nil
 }
 
-func (c *conn) natsOptions(name string, log zerolog.Logger) ([]nats.Option, error) {
+func (c *Conn) natsOptions(name string, log zerolog.Logger) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.RetryOnFailedConnect(true),
@@ -323,7 +339,7 @@ func (c *conn) natsOptions(name string, log zerolog.Logger) ([]nats.Option, erro
 	case c.natsNkey != "":
 		o, err := nats.NkeyOptionFromSeed(c.natsNkey)
 		if err != nil {
-			return nil, usagef("--nats-nkey %s: %v (want a user seed file, as `nk -gen user` writes)", c.natsNkey, err)
+			return nil, Usagef("--nats-nkey %s: %v (want a user seed file, as `nk -gen user` writes)", c.natsNkey, err)
 		}
 		opts = append(opts, o)
 	case c.natsUser != "":
@@ -341,7 +357,7 @@ func (c *conn) natsOptions(name string, log zerolog.Logger) ([]nats.Option, erro
 	return opts, nil
 }
 
-func (c *conn) natsAuthKind() string {
+func (c *Conn) natsAuthKind() string {
 	switch {
 	case c.natsCreds != "":
 		return "creds"
@@ -349,7 +365,7 @@ func (c *conn) natsAuthKind() string {
 		return "nkey"
 	case c.natsUser != "":
 		return "user " + c.natsUser
-	case hasUserInfo(c.natsURL):
+	case hasUserInfo(c.NATSURL):
 		return "url"
 	}
 	return "none"
@@ -358,10 +374,10 @@ func (c *conn) natsAuthKind() string {
 // scrub removes the secrets of c from an error message, in case a library
 // quoted them: url.Parse quotes the whole URL, or the piece of the user
 // info it could not parse ("invalid port", a bad %-escape).
-func (c *conn) scrub(err error) string {
+func (c *Conn) scrub(err error) string {
 	msg := err.Error()
 	var infos []string
-	for _, u := range []string{c.natsURL, c.redisURL} {
+	for _, u := range []string{c.NATSURL, c.RedisURL} {
 		infos = append(infos, userInfos(u)...)
 	}
 	msg = quotedRE.ReplaceAllStringFunc(msg, func(q string) string {
@@ -369,7 +385,7 @@ func (c *conn) scrub(err error) string {
 		for _, info := range infos {
 			switch {
 			case strings.Contains(inner, info):
-				return `"` + redactURL(inner) + `"`
+				return `"` + RedactURL(inner) + `"`
 			case inner != "" && strings.Contains(info, inner):
 				return `"***"`
 			}
@@ -392,7 +408,7 @@ var quotedRE = regexp.MustCompile(`"[^"]*"`)
 
 // scrubbed is err with the secrets of c removed from its message; errors.Is
 // and errors.As still see err.
-func (c *conn) scrubbed(err error) error { return scrubbedError{msg: c.scrub(err), err: err} }
+func (c *Conn) scrubbed(err error) error { return scrubbedError{msg: c.scrub(err), err: err} }
 
 type scrubbedError struct {
 	msg string
@@ -501,9 +517,9 @@ func denied(nc *nats.Conn) string {
 	return ""
 }
 
-// redactURL hides the user info (user, password or token) of every URL in
+// RedactURL hides the user info (user, password or token) of every URL in
 // a comma-separated list, for logs and errors.
-func redactURL(u string) string {
+func RedactURL(u string) string {
 	parts := strings.Split(u, ",")
 	for i, p := range parts {
 		scheme, rest := splitScheme(p)
@@ -574,39 +590,4 @@ func splitScheme(u string) (scheme, rest string) {
 		return u[:j+3], u[j+3:]
 	}
 	return "", u
-}
-
-// newLogger returns a JSON logger at DURABLE_LOG_LEVEL (default info; an
-// empty or unknown level never silences logging).
-func newLogger(w io.Writer, component string) zerolog.Logger {
-	level := zerolog.InfoLevel
-	if v := os.Getenv("DURABLE_LOG_LEVEL"); v != "" {
-		if l, err := zerolog.ParseLevel(v); err == nil && l != zerolog.NoLevel {
-			level = l
-		}
-	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("component", component).Logger()
-}
-
-// parseArgs parses flags that may come before or after positional
-// arguments (`durable runs show RUN --json`) and returns the positionals.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, usageError{err.Error()}
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }

@@ -9,12 +9,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-run/durable/internal/queue"
-	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/internal/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )

@@ -20,13 +20,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/metrics"
 	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/scheduler"
 	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/metrics"
+	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/steps"
 )
 

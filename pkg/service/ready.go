@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/durable-run/durable/internal/metrics"
+	"github.com/durable-run/durable/pkg/metrics"
 )
 
 // notConnected is the readiness of a command before its first session.
 func notConnected(context.Context) error { return errors.New("not connected yet") }
 
 // waitReady makes /readyz fail until a session is open (see ready).
-func waitReady(m *metrics.Metrics) {
+func WaitReady(m *metrics.Metrics) {
 	m.Ready(map[string]func(context.Context) error{"nats": notConnected})
 }
 
@@ -22,8 +22,8 @@ func waitReady(m *metrics.Metrics) {
 // (a reconnecting client is not ready), Redis answering PING when the
 // store is Redis. A session closed for a retry fails both until the next
 // one replaces them.
-func (s *session) ready(m *metrics.Metrics) {
-	nc := s.nc
+func (s *Session) Ready(m *metrics.Metrics) {
+	nc := s.NATS
 	checks := map[string]func(context.Context) error{
 		"nats": func(context.Context) error {
 			if st := nc.Status(); st != nats.CONNECTED {
@@ -32,7 +32,7 @@ func (s *session) ready(m *metrics.Metrics) {
 			return nil
 		},
 	}
-	if rdb := s.rdb; rdb != nil {
+	if rdb := s.Redis; rdb != nil {
 		checks["redis"] = func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 	}
 	m.Ready(checks)

@@ -1,4 +1,4 @@
-package cli
+package service
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func TestRedisClientForms(t *testing.T) {
 		{url: "rediss+cluster://:p%40ss@r1:7000?addr=r2:7001", cluster: true, addrs: []string{"r1:7000", "r2:7001"}, pw: "p@ss", tls: true},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			c := conn{redisURL: tc.url}
+			c := Conn{RedisURL: tc.url}
 			rdb, err := c.redisClient()
 			if err != nil {
 				t.Fatalf("redisClient: %v", err)
@@ -85,13 +85,13 @@ func TestRedisClientRefusals(t *testing.T) {
 		{"http://u:" + secret + "@r1:7000", []string{"redis URL http://***@r1:7000", "invalid URL scheme"}},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			c := conn{redisURL: tc.url}
+			c := Conn{RedisURL: tc.url}
 			rdb, err := c.redisClient()
 			if err == nil {
 				rdb.Close()
 				t.Fatal("accepted")
 			}
-			var u usageError
+			var u UsageError
 			if !errors.As(err, &u) {
 				t.Errorf("%v: not a usage error", err)
 			}
@@ -116,8 +116,8 @@ func TestRedactClusterURL(t *testing.T) {
 		{"redis+cluster://r1:7000?addr=r2:7001&password=pw&x=1", "redis+cluster://r1:7000?addr=r2:7001&password=***&x=1"},
 		{"redis://h:1?Auth_Token=t", "redis://h:1?Auth_Token=***"},
 	} {
-		if got := redactURL(tc.in); got != tc.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
@@ -125,15 +125,15 @@ func TestRedactClusterURL(t *testing.T) {
 // --replicas and DURABLE_REPLICAS: 1 to 5, default 1; the TLS flags take a
 // rediss+cluster:// URL.
 func TestSettleReplicasAndClusterTLS(t *testing.T) {
-	parse := func(args ...string) (conn, error) {
-		var c conn
+	parse := func(args ...string) (Conn, error) {
+		var c Conn
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		c.register(fs)
+		c.Register(fs)
 		if err := fs.Parse(args); err != nil {
 			return c, err
 		}
-		return c, c.settle()
+		return c, c.Settle()
 	}
 	for _, k := range []string{"DURABLE_REPLICAS", "DURABLE_REDIS_URL", "DURABLE_NATS_URL"} {
 		t.Setenv(k, "")
@@ -150,14 +150,14 @@ func TestSettleReplicasAndClusterTLS(t *testing.T) {
 	} {
 		t.Setenv("DURABLE_REPLICAS", tc.env)
 		c, err := parse(tc.args...)
-		if err != nil || c.replicas != tc.want {
-			t.Errorf("env %q args %q: replicas %d, err %v; want %d", tc.env, tc.args, c.replicas, err, tc.want)
+		if err != nil || c.Replicas != tc.want {
+			t.Errorf("env %q args %q: replicas %d, err %v; want %d", tc.env, tc.args, c.Replicas, err, tc.want)
 		}
 	}
 	t.Setenv("DURABLE_REPLICAS", "")
 	for _, bad := range []string{"0", "6", "-1", "three", "3.0"} {
 		_, err := parse("--replicas", bad)
-		var u usageError
+		var u UsageError
 		if !errors.As(err, &u) || !strings.Contains(err.Error(), "DURABLE_REPLICAS") || !strings.Contains(err.Error(), "1 to 5") {
 			t.Errorf("--replicas %s: %v, want a usage error naming DURABLE_REPLICAS and the range", bad, err)
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-run/durable/internal/queue"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // Streams must be what Provision creates: the exported JSON files are
