@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// Expense is the run's state: its input ({"amount": N}) and what the
+// steps learn.
+type Expense struct {
+	Amount     int64  `json:"amount"`
+	ApprovedBy string `json:"approved_by,omitempty"`
+	PaymentID  string `json:"payment_id,omitempty"`
+}
+
+// approvalLimit: an amount above it waits for a manager.
+const approvalLimit = 100
+
+// workflow is the expense workflow: check, approve (over 100, by group
+// managers), pay exactly the amount once.
+func workflow(paymentsURL string) *steps.Workflow[Expense] {
+	p := payer{url: paymentsURL, http: &http.Client{Timeout: 10 * time.Second}}
+	return steps.New[Expense]("expense", 1).
+		Step("approve", approve).
+		Step("pay", p.pay)
+}
+
+func approve(_ context.Context, s *steps.Context, e Expense) (steps.Outcome[Expense], error) {
+	if e.Amount <= 0 {
+		return steps.Fail(e, fmt.Sprintf("amount must be a positive number, got %d", e.Amount)), nil
+	}
+	if e.Amount <= approvalLimit {
+		return steps.Next("pay", e), nil
+	}
+	req := steps.ApprovalRequest{
+		Payload:  map[string]any{"expense": s.RunID(), "amount": e.Amount, "currency": "EUR"},
+		Group:    "managers",
+		TTL:      72 * time.Hour,
+		OnExpiry: steps.ExpireReject,
+	}
+	d, err := s.Approval(req)
+	if err != nil {
+		return steps.Outcome[Expense]{}, err
+	}
+	if d == nil {
+		return steps.Wait(e, req), nil // parked: no worker holds the run
+	}
+	if d.Decision != "approved" {
+		return steps.Fail(e, fmt.Sprintf("rejected by %s: %s", d.By, d.Reason)), nil
+	}
+	e.ApprovedBy = d.By
+	return steps.Next("pay", e), nil
+}
+
+type payer struct {
+	url  string
+	http *http.Client
+}
+
+type payment struct {
+	ID       string `json:"id"`
+	Replayed bool   `json:"replayed"`
+}
+
+// pay pays the amount with the step's idempotency key ("<run>:step2"):
+// a retry after a crash presents the same key, and the provider pays once.
+func (p payer) pay(ctx context.Context, s *steps.Context, e Expense) (steps.Outcome[Expense], error) {
+	key := s.IdempotencyKey()
+	body := map[string]any{"run_id": s.RunID(), "amount": e.Amount, "currency": "EUR", "payee": "employee-of-" + s.RunID()}
+	res, err := steps.Call(ctx, s, "pay", body, func(ctx context.Context) (payment, error) {
+		return p.post(ctx, key, body)
+	})
+	if err != nil {
+		return steps.Outcome[Expense]{}, err
+	}
+	s.Effect(key, res.Replayed || s.Replayed("pay"))
+	e.PaymentID = res.ID
+	return steps.Complete(e), nil
+}
+
+func (p payer) post(ctx context.Context, key string, body any) (payment, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return payment{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(b))
+	if err != nil {
+		return payment{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return payment{}, fmt.Errorf("pay %s: %w", key, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		err := fmt.Errorf("pay %s: payments API answered %s", key, resp.Status)
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests {
+			return payment{}, steps.Permanent(err) // the same request will not succeed later
+		}
+		return payment{}, err
+	}
+	var out payment
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return payment{}, fmt.Errorf("pay %s: %w", key, err)
+	}
+	out.Replayed = resp.Header.Get("Idempotent-Replayed") == "true"
+	return out, nil
+}
