@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -31,7 +32,8 @@ type Config struct {
 	MaxBody int64
 	// MaxList is the most approvals GET /api/approvals returns. Default 500.
 	MaxList int
-	// Logger logs every decision and refusal. Default: no logging.
+	// Logger logs every decision and refusal. Default: zerolog's global
+	// logger (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
 	// EventSecrets are the external systems allowed to decide through
 	// signed NATS events, by system name. Empty: no events are consumed.
@@ -91,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("approver: %w", err)
 		}
 	}
-	s := &Server{cfg: cfg, store: cfg.Store, log: zerolog.Nop()}
+	s := &Server{cfg: cfg, store: cfg.Store, log: log.Logger}
 	if s.store == nil {
 		s.store = cfg.Client.Store()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
@@ -41,7 +42,8 @@ type FleetConfig struct {
 	// PastTTLGrace: a wait counts as past its TTL once its deadline is
 	// this far behind (the scheduler sweeps every second). Default 1m.
 	PastTTLGrace time.Duration
-	// Logger. Default: no logs.
+	// Logger for structured logs. Default: zerolog's global logger
+	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
 	// Now is the clock, for tests. Default time.Now.
 	Now func() time.Time
@@ -109,7 +111,7 @@ func (m *Metrics) NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	f := &Fleet{cfg: cfg, log: zerolog.Nop(), samples: map[stepKey]*ring{}}
+	f := &Fleet{cfg: cfg, log: log.Logger, samples: map[stepKey]*ring{}}
 	if cfg.Logger != nil {
 		f.log = *cfg.Logger
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -48,7 +49,8 @@ type Config struct {
 	// that are gone.
 	Blobs         blob.Store
 	BlobRetention time.Duration
-	// Logger. Default: no logs.
+	// Logger for structured logs. Default: zerolog's global logger
+	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
 	// Now is the clock, for tests. Default time.Now.
 	Now func() time.Time
@@ -102,7 +104,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Scheduler{cfg: cfg, store: cfg.Client.Store(), log: zerolog.Nop()}
+	s := &Scheduler{cfg: cfg, store: cfg.Client.Store(), log: log.Logger}
 	if cfg.Logger != nil {
 		s.log = *cfg.Logger
 	}

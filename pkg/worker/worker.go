@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -47,7 +48,8 @@ type Config struct {
 	// the server's default (1,000). A consumer that exists keeps its
 	// settings: raise it with `nats consumer edit DURABLE_STEPS steps-<workflow> --max-pending N`.
 	MaxAckPending int
-	// Logger for structured logs. Default: zerolog's global logger.
+	// Logger for structured logs. Default: zerolog's global logger
+	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
 	// Hooks run at the boundaries of the step protocol (hooks.go), in
 	// order. Optional.
@@ -177,7 +179,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {
-		w.log = zerolog.Nop()
+		w.log = log.Logger
 	}
 	return w, nil
 }
