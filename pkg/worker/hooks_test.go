@@ -54,7 +54,9 @@ func TestHooksSeeTheBoundariesInOrder(t *testing.T) {
 		mu.Lock()
 		got := slices.Clone(seen)
 		mu.Unlock()
-		slices.SortStableFunc(got, func(a, b string) int { return strings.Compare(a[:strings.LastIndex(a, ":")], b[:strings.LastIndex(b, ":")]) })
+		slices.SortStableFunc(got, func(a, b string) int {
+			return strings.Compare(a[:strings.LastIndex(a, ":")], b[:strings.LastIndex(b, ":")])
+		})
 		if slices.Equal(got, want) {
 			return
 		}
