@@ -49,9 +49,9 @@ func approve(_ context.Context, s *steps.Context, e Expense) (steps.Outcome[Expe
 		return steps.Outcome[Expense]{}, err
 	}
 	if d == nil {
-		return steps.Wait(e, req), nil // parked: no worker holds the run
+		return steps.Park[Expense](req), nil // no worker holds the run while it waits
 	}
-	if d.Decision != "approved" {
+	if !d.Approved() {
 		return steps.Fail(e, fmt.Sprintf("rejected by %s: %s", d.By, d.Reason)), nil
 	}
 	e.ApprovedBy = d.By
@@ -68,18 +68,21 @@ type payment struct {
 	Replayed bool   `json:"replayed"`
 }
 
-// pay pays the amount with the step's idempotency key ("<run>:step2"):
-// a retry after a crash presents the same key, and the provider pays once.
+// ProviderReplayed: the payments API had seen the key (steps.Replayer).
+func (p payment) ProviderReplayed() bool { return p.Replayed }
+
+// pay pays the amount once. steps.Effect hands over the step's idempotency
+// key ("<run>:step2"), the same on every attempt, so a retry after a crash
+// is answered by the provider instead of paying again; the answer is
+// journaled, so a retry after the journal does not call at all.
 func (p payer) pay(ctx context.Context, s *steps.Context, e Expense) (steps.Outcome[Expense], error) {
-	key := s.IdempotencyKey()
 	body := map[string]any{"run_id": s.RunID(), "amount": e.Amount, "currency": "EUR", "payee": "employee-of-" + s.RunID()}
-	res, err := steps.Call(ctx, s, "pay", body, func(ctx context.Context) (payment, error) {
+	res, err := steps.Effect(ctx, s, "pay", body, func(ctx context.Context, key string) (payment, error) {
 		return p.post(ctx, key, body)
 	})
 	if err != nil {
 		return steps.Outcome[Expense]{}, err
 	}
-	s.Effect(key, res.Replayed || s.Replayed("pay"))
 	e.PaymentID = res.ID
 	return steps.Complete(e), nil
 }

@@ -120,7 +120,7 @@ type Event struct {
 	// PayloadSHA256 names the payload the system's user approved.
 	PayloadSHA256 string `json:"payload_sha256"`
 	// Decision is "approved" or "rejected".
-	Decision string `json:"decision"`
+	Decision checkpoint.Verdict `json:"decision"`
 	// By is who decided, at that system; recorded as "<system>:<by>".
 	By     string    `json:"by"`
 	Reason string    `json:"reason,omitempty"`
@@ -243,7 +243,7 @@ func (s *Server) handleEvent(msg *nats.Msg) {
 	s.events.count(reason)
 	if reason == "" {
 		s.log.Info().Str("system", system).Str("event_id", ev.ID).Str("run_id", ev.RunID).Int("step", ev.Step).
-			Str("by", system+":"+ev.By).Str("channel", client.ChannelEvent).Str("decision", ev.Decision).
+			Str("by", system+":"+ev.By).Str("channel", client.ChannelEvent).Str("decision", string(ev.Decision)).
 			Str("payload_sha256", ev.PayloadSHA256).Msg("decision recorded")
 	} else {
 		s.log.Warn().Str("system", system).Str("event_id", ev.ID).Str("run_id", ev.RunID).Int("step", ev.Step).

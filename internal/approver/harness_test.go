@@ -193,7 +193,7 @@ func approvalFlow() *steps.Workflow[claim] {
 				return steps.Outcome[claim]{}, err
 			}
 			if d == nil {
-				return steps.Wait(st, req), nil
+				return steps.Park[claim](req), nil
 			}
 			if d.Decision != checkpoint.DecisionApproved {
 				return steps.Fail(st, "rejected by "+d.By), nil

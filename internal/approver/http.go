@@ -71,14 +71,14 @@ type DecisionRequest struct {
 
 // DecisionResult is the answer to a recorded decision.
 type DecisionResult struct {
-	RunID         string            `json:"run_id"`
-	Status        checkpoint.Status `json:"status"`
-	Step          int               `json:"step"`
-	Decision      string            `json:"decision"`
-	By            string            `json:"by"`
-	Channel       string            `json:"channel"`
-	PayloadSHA256 string            `json:"payload_sha256"`
-	At            time.Time         `json:"at"`
+	RunID         string             `json:"run_id"`
+	Status        checkpoint.Status  `json:"status"`
+	Step          int                `json:"step"`
+	Decision      checkpoint.Verdict `json:"decision"`
+	By            string             `json:"by"`
+	Channel       string             `json:"channel"`
+	PayloadSHA256 string             `json:"payload_sha256"`
+	At            time.Time          `json:"at"`
 }
 
 // ErrorBody is the body of every error answer.
@@ -272,7 +272,7 @@ func (s *Server) handleDecide(w http.ResponseWriter, r *http.Request) {
 	}
 	a := run.Approvals[len(run.Approvals)-1]
 	s.log.Info().Str("run_id", run.ID).Int("step", a.Step).Str("by", a.By).Str("channel", a.Channel).
-		Str("decision", a.Decision).Str("payload_sha256", a.PayloadSHA256).Str("remote", r.RemoteAddr).Msg("decision recorded")
+		Str("decision", string(a.Decision)).Str("payload_sha256", a.PayloadSHA256).Str("remote", r.RemoteAddr).Msg("decision recorded")
 	writeJSON(w, http.StatusOK, DecisionResult{
 		RunID: run.ID, Status: run.Status, Step: a.Step, Decision: a.Decision, By: a.By,
 		Channel: a.Channel, PayloadSHA256: a.PayloadSHA256, At: a.At,

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -136,8 +135,8 @@ func ParkRegistry() *steps.Registry {
 			case err != nil:
 				return steps.Outcome[ParkState]{}, err
 			case d == nil:
-				return steps.Wait(st, req), nil
-			case d.Decision == checkpoint.DecisionRejected:
+				return steps.Park[ParkState](req), nil
+			case !d.Approved():
 				return steps.Fail(st, "approval rejected: "+d.Reason), nil
 			}
 			return steps.Complete(st), nil

@@ -241,7 +241,7 @@ func stepDetail(cp client.CheckpointView) string {
 
 func auditDetail(a checkpoint.AuditEntry) string {
 	var parts []string
-	who := a.Decision
+	who := string(a.Decision)
 	if a.By != "" {
 		who = strings.TrimSpace(who + " by " + a.By)
 	}

@@ -272,9 +272,9 @@ func (l *loop) gate(s *steps.Context, st *State, tokens bool) (steps.Outcome[Sta
 			return steps.Outcome[State]{}, false, err
 		}
 		if d == nil {
-			return steps.Wait(*st, req), false, nil
+			return steps.Park[State](req), false, nil
 		}
-		if d.Decision != "approved" {
+		if !d.Approved() {
 			return steps.Fail(*st, fmt.Sprintf("%s budget reached (used %s of %s); continuing rejected by %s: %s", what, used, limit, d.By, d.Reason)), false, nil
 		}
 		st.Budget = raised
@@ -384,7 +384,7 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 			return steps.Outcome[State]{}, err
 		}
 		if wait != nil {
-			return steps.Wait(st, *wait), nil
+			return steps.Park[State](*wait), nil
 		}
 		if rejected != "" {
 			res.Content, res.IsError = rejected, true
@@ -397,7 +397,7 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 			return steps.Outcome[State]{}, fmt.Errorf("tool %s (%s): %w", call.Name, key, err)
 		}
 		if tool.effect {
-			s.Effect(string(key), rec.Replayed || s.Replayed("tool:"+call.Name))
+			s.RecordEffect(string(key), rec.Replayed || s.Replayed("tool:"+call.Name))
 		}
 		res = rec.Result
 	}
@@ -442,7 +442,7 @@ func approve(s *steps.Context, tool *Tool, call model.ToolCall, key Key) (*steps
 	if d == nil {
 		return &req, "", nil
 	}
-	if d.Decision != "approved" {
+	if !d.Approved() {
 		return nil, fmt.Sprintf("not run: %s rejected this call (%s)", d.By, cmp.Or(d.Reason, "no reason given")), nil
 	}
 	return nil, "", nil

@@ -36,7 +36,7 @@ type Output struct {
 
 // Replayer is implemented by tool results that know whether the backend
 // replayed the call (an Idempotent-Replayed answer).
-type Replayer interface{ ProviderReplayed() bool }
+type Replayer = steps.Replayer
 
 // NewTool makes a tool of a typed function. args are decoded from the
 // model's JSON (arguments that don't decode are reported to the model as a

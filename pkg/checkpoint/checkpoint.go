@@ -131,10 +131,13 @@ type Wait struct {
 	Reminders  int    `json:"reminders,omitempty"`
 }
 
-// Decisions recorded on a run.
+// Verdict is what a decision on an approval said.
+type Verdict string
+
+// Verdicts recorded on a run.
 const (
-	DecisionApproved = "approved"
-	DecisionRejected = "rejected"
+	DecisionApproved Verdict = "approved"
+	DecisionRejected Verdict = "rejected"
 )
 
 // Approval is one recorded decision: who, when, through which channel, and the
@@ -143,12 +146,16 @@ type Approval struct {
 	Step          int             `json:"step"`
 	By            string          `json:"by"`
 	At            time.Time       `json:"at"`
-	Decision      string          `json:"decision"`
+	Decision      Verdict         `json:"decision"`
 	Channel       string          `json:"channel"`
 	PayloadSHA256 string          `json:"payload_sha256"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
 	Reason        string          `json:"reason,omitempty"`
 }
+
+// Approved reports whether the decision approved (a rejection, by a
+// person or by an expiry policy, does not).
+func (a Approval) Approved() bool { return a.Decision == DecisionApproved }
 
 // Audit event kinds.
 const (
@@ -171,7 +178,7 @@ type AuditEntry struct {
 	By            string    `json:"by,omitempty"`
 	Channel       string    `json:"channel,omitempty"`
 	Group         string    `json:"group,omitempty"`
-	Decision      string    `json:"decision,omitempty"`
+	Decision      Verdict   `json:"decision,omitempty"`
 	PayloadSHA256 string    `json:"payload_sha256,omitempty"`
 	Reason        string    `json:"reason,omitempty"`
 }

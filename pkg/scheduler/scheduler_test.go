@@ -35,7 +35,7 @@ func asking(name string, req steps.ApprovalRequest) *steps.Workflow[state] {
 				return steps.Outcome[state]{}, err
 			}
 			if d == nil {
-				return steps.Wait(st, r), nil
+				return steps.Park[state](r), nil
 			}
 			if d.Decision != checkpoint.DecisionApproved {
 				return steps.Fail(st, "rejected by "+d.By+": "+d.Reason), nil

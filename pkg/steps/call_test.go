@@ -491,7 +491,7 @@ func TestCallConcurrentNames(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			_, errs[i] = steps.Call(ctx, s, fmt.Sprintf("tool-%d", i), i, m.ask("t"))
-			s.Effect(fmt.Sprintf("key-%d", i), false)
+			s.RecordEffect(fmt.Sprintf("key-%d", i), false)
 		})
 	}
 	wg.Wait()
@@ -678,8 +678,8 @@ func TestEffects(t *testing.T) {
 	if len(s.Effects()) != 0 {
 		t.Fatalf("new context has effects")
 	}
-	s.Effect(s.IdempotencyKey(), false)
-	s.Effect(s.Key("refund"), true)
+	s.RecordEffect(s.IdempotencyKey(), false)
+	s.RecordEffect(s.Key("refund"), true)
 	want := []checkpoint.Effect{{Key: "claim-0042:step6", Replayed: false}, {Key: "claim-0042:step6:refund", Replayed: true}}
 	got := s.Effects()
 	if !reflect.DeepEqual(got, want) {

@@ -56,6 +56,7 @@ type Context struct {
 	used     map[string]bool
 	calls    []checkpoint.CallRecord
 	effects  []checkpoint.Effect
+	effect   string // the name of the step's Effect, once made
 	spent    float64
 	mismatch bool
 }
@@ -131,9 +132,10 @@ func (s *Context) Heartbeat() {
 	}
 }
 
-// Effect notes a side effect performed with an idempotency key and whether
-// the provider answered that it had already seen the key.
-func (s *Context) Effect(key string, replayed bool) {
+// RecordEffect lists a side effect the step performed with key on the
+// run, and whether the provider answered that it had already seen the
+// key. Effect does this for you; use it for effects keyed by hand.
+func (s *Context) RecordEffect(key string, replayed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.effects = append(s.effects, checkpoint.Effect{Key: key, Replayed: replayed})

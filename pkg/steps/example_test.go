@@ -114,7 +114,7 @@ func ExampleCall() {
 	// true
 }
 
-func ExampleWait() {
+func ExamplePark() {
 	wf := steps.New[Claim]("claim", 1).
 		Step("approve", func(_ context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
 			req := steps.ApprovalRequest{
@@ -126,7 +126,7 @@ func ExampleWait() {
 			}
 			if d, err := s.Approval(req); err != nil || d == nil {
 				// No decision yet: park. The worker acks and forgets the run.
-				return steps.Wait(c, req), err
+				return steps.Park[Claim](req), err
 			}
 			return steps.Complete(c), nil
 		})
@@ -153,10 +153,10 @@ func ExampleContext_Approval() {
 				return steps.Outcome[Claim]{}, err
 			}
 			if d == nil {
-				return steps.Wait(c, req), nil
+				return steps.Park[Claim](req), nil
 			}
-			if d.Decision != checkpoint.DecisionApproved {
-				return steps.Fail(c, "rejected by "+d.By), nil
+			if !d.Approved() {
+				return steps.Fail(c, "rejected by "+d.By+": "+d.Reason), nil
 			}
 			c.ApprovedBy = d.By
 			return steps.Next("pay", c), nil
@@ -255,6 +255,38 @@ func ExamplePermanent() {
 	// Output:
 	// true true
 	// false
+}
+
+func ExampleEffect() {
+	paid := 0 // what the payments provider did, by key
+	byKey := map[string]string{}
+	// The pay step: one side effect, keyed by the logical step.
+	pay := func(ctx context.Context, s *steps.Context) (string, error) {
+		return steps.Effect(ctx, s, "pay", 1840, func(ctx context.Context, key string) (string, error) {
+			if id, ok := byKey[key]; ok {
+				return id, nil // a provider honouring Idempotency-Key
+			}
+			paid++
+			byKey[key] = fmt.Sprintf("pay_%06d", paid)
+			return byKey[key], nil
+		})
+	}
+
+	ctx := context.Background()
+	first := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 6, Attempt: 1})
+	id, _ := pay(ctx, first)
+	fmt.Println("attempt 1:", id, first.Effects()[0].Key, "replayed:", first.Effects()[0].Replayed)
+
+	// The worker died after the payment was journaled, before the step's
+	// checkpoint: the redelivery gets the journal back and pays nothing.
+	retry := steps.NewContext(steps.ContextConfig{RunID: "claim-0042", Step: 6, Attempt: 2, Journal: first.Calls()})
+	id, _ = pay(ctx, retry)
+	fmt.Println("attempt 2:", id, retry.Effects()[0].Key, "replayed:", retry.Effects()[0].Replayed)
+	fmt.Println("payments made:", paid)
+	// Output:
+	// attempt 1: pay_000001 claim-0042:step6 replayed: false
+	// attempt 2: pay_000001 claim-0042:step6 replayed: true
+	// payments made: 1
 }
 
 func ExampleContext_IdempotencyKey() {

@@ -40,7 +40,7 @@ func (k Kind) String() string {
 }
 
 // Outcome is what a step returns: where the run goes next and with which state.
-// Build one with Next, Complete, Fail or Wait.
+// Build one with Next, Complete, Fail, Park or SleepUntil.
 type Outcome[S any] struct {
 	kind   Kind
 	next   string
@@ -66,10 +66,12 @@ func Fail[S any](state S, reason string) Outcome[S] {
 	return Outcome[S]{kind: KindFail, state: state, reason: reason}
 }
 
-// Wait parks the run until the request is decided. When it is, the same step
-// runs again from its start and finds the decision through Context.Approval.
-func Wait[S any](state S, req ApprovalRequest) Outcome[S] {
-	return Outcome[S]{kind: KindWait, state: state, wait: &req}
+// Park parks the run until req is decided, holding no worker. When it is,
+// the same step runs again from its start, on the state it started with,
+// and finds the decision through Context.Approval. S is the workflow's
+// state type, which Go cannot infer here: steps.Park[Expense](req).
+func Park[S any](req ApprovalRequest) Outcome[S] {
+	return Outcome[S]{kind: KindWait, wait: &req}
 }
 
 // SleepUntil commits state and runs the step named next at time until, on

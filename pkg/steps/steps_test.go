@@ -54,7 +54,7 @@ func TestOutcomeKind(t *testing.T) {
 		{"Next", steps.Next("b", st).Kind(), steps.KindNext, "next"},
 		{"Complete", steps.Complete(st).Kind(), steps.KindComplete, "complete"},
 		{"Fail", steps.Fail(st, "no").Kind(), steps.KindFail, "fail"},
-		{"Wait", steps.Wait(st, req).Kind(), steps.KindWait, "wait"},
+		{"Park", steps.Park[order](req).Kind(), steps.KindWait, "wait"},
 		{"zero Outcome", steps.Outcome[order]{}.Kind(), steps.Kind(0), "kind(0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,7 +82,7 @@ func TestExecuteEncodesOutcome(t *testing.T) {
 		{"Next", steps.Next("b", st), steps.Result{Kind: steps.KindNext, Next: "b", State: json.RawMessage(stateJSON)}},
 		{"Complete", steps.Complete(st), steps.Result{Kind: steps.KindComplete, State: json.RawMessage(stateJSON)}},
 		{"Fail", steps.Fail(st, "claim rejected"), steps.Result{Kind: steps.KindFail, State: json.RawMessage(stateJSON), Reason: "claim rejected"}},
-		{"Wait", steps.Wait(st, req), steps.Result{Kind: steps.KindWait, State: json.RawMessage(stateJSON), Wait: &req}},
+		{"Park", steps.Park[order](req), steps.Result{Kind: steps.KindWait, Wait: &req}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := steps.New[order]("orders", 1).
@@ -422,7 +422,7 @@ func TestExecutePermanentErrors(t *testing.T) {
 		{
 			name: "Wait without a group",
 			exec: func() (steps.Result, error) {
-				return wf(steps.Wait(order{}, steps.ApprovalRequest{Payload: "x"})).Execute(context.Background(), testContext(), "a", nil, false)
+				return wf(steps.Park[order](steps.ApprovalRequest{Payload: "x"})).Execute(context.Background(), testContext(), "a", nil, false)
 			},
 			contains: "without a group", ran: true,
 		},
@@ -513,7 +513,7 @@ func TestExecuteWaitValidatesExpiryPolicy(t *testing.T) {
 		{Payload: "p", Group: "g", OnExpiry: steps.ExpireRemind, Reminders: -1},
 	} {
 		w := steps.New[order]("orders", 1).Step("a", func(context.Context, *steps.Context, order) (steps.Outcome[order], error) {
-			return steps.Wait(order{}, req), nil
+			return steps.Park[order](req), nil
 		})
 		if _, err := w.Execute(context.Background(), testContext(), "a", nil, false); !steps.IsPermanent(err) {
 			t.Errorf("Execute(Wait %+v) error = %v, want a permanent error", req, err)

@@ -184,7 +184,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		return Result{}, err
 	}
 	if out.kind == 0 {
-		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail or Wait", w.name, name))
+		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park or SleepUntil", w.name, name))
 	}
 	if out.kind == KindNext || out.kind == KindSleep {
 		if _, ok := w.steps[out.next]; !ok {
@@ -192,9 +192,11 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		}
 	}
 	if out.kind == KindWait {
+		// A parked run keeps the state it had: the step runs again from it.
 		if err := out.wait.validate(); err != nil {
 			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: %w", w.name, name, err))
 		}
+		return Result{Kind: KindWait, Wait: out.wait}, nil
 	}
 	enc, err := json.Marshal(out.state)
 	if err != nil {

@@ -24,7 +24,7 @@ func gateFlow(pays *atomic.Int64) *steps.Workflow[counter] {
 				return steps.Outcome[counter]{}, err
 			}
 			if d == nil {
-				return steps.Wait(st, req), nil
+				return steps.Park[counter](req), nil
 			}
 			if d.Decision == checkpoint.DecisionRejected {
 				return steps.Fail(st, "rejected by "+d.By), nil

@@ -38,7 +38,7 @@ func TestResumeRereadsFacts(t *testing.T) {
 				return steps.Outcome[counter]{}, err
 			}
 			if d == nil {
-				return steps.Wait(st, req), nil
+				return steps.Park[counter](req), nil
 			}
 			st.N = int(a)
 			return steps.Complete(st), nil

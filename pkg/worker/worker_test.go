@@ -117,7 +117,7 @@ func approvalFlow() *steps.Workflow[counter] {
 				return steps.Outcome[counter]{}, err
 			}
 			if d == nil {
-				return steps.Wait(st, req), nil
+				return steps.Park[counter](req), nil
 			}
 			if d.Decision != checkpoint.DecisionApproved {
 				return steps.Fail(st, "rejected by "+d.By), nil
@@ -296,7 +296,7 @@ func TestParkedRunsHoldNothing(t *testing.T) {
 	const runs = 10000
 	parker := steps.New[counter]("parker", 1).
 		Step("ask", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-			return steps.Wait(st, steps.ApprovalRequest{Payload: s.RunID(), Group: "adjusters"}), nil
+			return steps.Park[counter](steps.ApprovalRequest{Payload: s.RunID(), Group: "adjusters"}), nil
 		})
 	// NATS and Redis run as their own processes so that this process holds
 	// only the worker (and the test's client).

@@ -199,9 +199,9 @@ func (f flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Ou
 		return steps.Outcome[State]{}, err
 	}
 	if d == nil {
-		return steps.Wait(st, req), nil
+		return steps.Park[State](req), nil
 	}
-	if d.Decision != "approved" {
+	if !d.Approved() {
 		return steps.Fail(st, fmt.Sprintf("payout rejected by %s: %s", d.By, d.Reason)), nil
 	}
 	st.ApprovedBy = d.By
@@ -213,19 +213,11 @@ func payoutFor(run string, st State) Payout {
 }
 
 func (f flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
-	key := s.IdempotencyKey()
 	p := payoutFor(s.RunID(), st)
 	req := payments.PayRequest{RunID: s.RunID(), Claim: p.Claim, Amount: p.Amount, Currency: p.Currency, Payee: p.Payee}
-	type paid struct {
-		ID       string `json:"id"`
-		Replayed bool   `json:"replayed"`
-	}
-	res, err := steps.Call(ctx, s, "pay", req, func(ctx context.Context) (paid, error) {
+	res, err := steps.Effect(ctx, s, "pay", req, func(ctx context.Context, key string) (paid, error) {
 		pay, replayed, err := f.pay.Pay(ctx, key, req)
-		if err != nil {
-			return paid{}, err
-		}
-		return paid{ID: pay.ID, Replayed: replayed}, nil
+		return paid{ID: pay.ID, Replayed: replayed}, err
 	})
 	if errors.Is(err, payments.ErrConflict) {
 		// The key was used for another payout: retrying cannot fix that,
@@ -235,10 +227,18 @@ func (f flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Out
 	if err != nil {
 		return steps.Outcome[State]{}, fmt.Errorf("pay claim %s: %w", s.RunID(), err)
 	}
-	s.Effect(key, res.Replayed || s.Replayed("pay"))
 	st.PaymentID = res.ID
 	return steps.Next("notify", st), nil
 }
+
+// paid is the journaled answer of the payments API.
+type paid struct {
+	ID       string `json:"id"`
+	Replayed bool   `json:"replayed"`
+}
+
+// ProviderReplayed: the API had seen the key (steps.Replayer).
+func (p paid) ProviderReplayed() bool { return p.Replayed }
 
 func (flow) notify(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
 	st.Notified = true

@@ -18,7 +18,7 @@ import (
 
 // decide is what the approver does to a run parked at its step: record
 // the decision and resume it at the same step, one generation later.
-func decide(ctx context.Context, t *testing.T, s *kvstore.Store, id, decision string) checkpoint.Run {
+func decide(ctx context.Context, t *testing.T, s *kvstore.Store, id string, decision checkpoint.Verdict) checkpoint.Run {
 	t.Helper()
 	run, err := s.GetRun(ctx, id)
 	if err != nil {
