@@ -58,8 +58,11 @@ func (c *Client) Store() checkpoint.Store { return c.store }
 type StartRequest struct {
 	Workflow string
 	RunID    string
-	// Input is the run input, a JSON object; empty means {}.
-	Input json.RawMessage
+	// Input is the run's input, which the workflow's first step starts
+	// from: a value of the workflow's input type (a struct, a map), encoded
+	// as JSON, or JSON itself as json.RawMessage or []byte. It must be a
+	// JSON object; nil means {}.
+	Input any
 	// By names who started the run (recorded, and used by a four-eyes rule).
 	By string
 }
@@ -71,7 +74,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 	if err := queue.ValidateRunID(req.RunID); err != nil {
 		return run, false, err
 	}
-	input, err := normalizeInput(req.Input)
+	input, err := encodeInput(req.Input)
 	if err != nil {
 		return run, false, err
 	}
@@ -287,6 +290,23 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 // change it reports is already stored.
 func (c *Client) statusChanged(ctx context.Context, run checkpoint.Run) {
 	_ = queue.PublishStatus(ctx, c.js, run)
+}
+
+// encodeInput encodes a start request's input as a compact JSON object.
+func encodeInput(in any) (json.RawMessage, error) {
+	switch v := in.(type) {
+	case nil:
+		return normalizeInput(nil)
+	case json.RawMessage:
+		return normalizeInput(v)
+	case []byte:
+		return normalizeInput(v)
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encode %T: %v", ErrBadInput, in, err)
+	}
+	return normalizeInput(b)
 }
 
 // normalizeInput checks the run input is a JSON object and compacts it.

@@ -4,7 +4,7 @@
 //
 //	cl := client.New(js, store)
 //	run, created, err := cl.Start(ctx, client.StartRequest{
-//		Workflow: "claim", RunID: "claim-0042", Input: []byte(`{"amount": 1840}`),
+//		Workflow: "claim", RunID: "claim-0042", Input: ClaimInput{Amount: 1840}, // or JSON: json.RawMessage(`{"amount": 1840}`)
 //	})
 //	// ... later, when the run is parked for approval:
 //	_, err = cl.Decide(ctx, client.Decision{RunID: "claim-0042", By: "ana", Channel: client.ChannelAPI})

@@ -1,7 +1,10 @@
 // Package worker runs workflow steps from the step stream: the durable step
-// protocol of DESIGN.md on a checkpoint store and JetStream. Your worker
-// binary registers its workflows and calls Run; it is stateless, so run as
-// many as you like on any host.
+// protocol of DESIGN.md on a checkpoint store and JetStream. It is
+// stateless, so run as many as you like on any host.
+//
+// Most worker binaries need no more than pkg/workercmd, which gives yours
+// every flag, variable and endpoint of `durable worker`. Build on this
+// package directly to embed a worker in a program that connects by itself:
 //
 //	nc, _ := nats.Connect(os.Getenv("DURABLE_NATS_URL"))
 //	js, _ := jetstream.New(nc)
@@ -23,5 +26,6 @@
 // checkpoints, runs the step from checkpoint n-1's state, commits
 // checkpoint n first-writer-wins with the run record, publishes step n+1
 // and acks. A crash between any two of these is repaired by the
-// redelivery, which is why replaying any message is harmless.
+// redelivery, which is why replaying any message is harmless. Hooks run at
+// the boundaries between these actions (Boundary, Hook).
 package worker
