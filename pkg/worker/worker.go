@@ -62,7 +62,7 @@ type Config struct {
 }
 
 // Metrics is the hook through which a worker reports; the Prometheus
-// adapter lives outside pkg/ so this package does not import it. Methods
+// adapter is pkg/metrics, so this package does not import Prometheus. Methods
 // are called on the step path and must not block. Embed NopMetrics to
 // implement only some of them.
 type Metrics interface {
