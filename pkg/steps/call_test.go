@@ -633,19 +633,26 @@ func TestApproval(t *testing.T) {
 	}
 }
 
-func TestDecision(t *testing.T) {
-	if d := steps.NewContext(steps.ContextConfig{}).Decision(); d != nil {
-		t.Fatalf("Decision() without approvals = %+v", d)
+// Approval answers with the latest decision on the payload, as a copy.
+func TestApprovalIsTheLatestDecision(t *testing.T) {
+	req := steps.ApprovalRequest{Payload: "payout", Group: "g"}
+	sum, err := steps.PayloadSHA256(req.Payload)
+	must(t, err)
+	if d, err := steps.NewContext(steps.ContextConfig{}).Approval(req); d != nil || err != nil {
+		t.Fatalf("Approval without decisions = %+v, %v", d, err)
 	}
-	approvals := []checkpoint.Approval{{By: "ana", Decision: checkpoint.DecisionRejected}, {By: "bo", Decision: checkpoint.DecisionApproved}}
+	approvals := []checkpoint.Approval{
+		{By: "ana", Decision: checkpoint.DecisionRejected, PayloadSHA256: sum},
+		{By: "bo", Decision: checkpoint.DecisionApproved, PayloadSHA256: sum},
+	}
 	s := steps.NewContext(steps.ContextConfig{Approvals: approvals})
-	d := s.Decision()
-	if d == nil || d.By != "bo" {
-		t.Fatalf("Decision() = %+v, want the latest (bo)", d)
+	d, err := s.Approval(req)
+	if err != nil || d == nil || d.By != "bo" || !d.Approved() {
+		t.Fatalf("Approval = %+v, %v; want the latest (bo, approved)", d, err)
 	}
 	d.By = "mallory"
-	if s.Decision().By != "bo" || approvals[1].By != "bo" {
-		t.Fatalf("Decision() returned a pointer into the context's approvals")
+	if again, _ := s.Approval(req); again.By != "bo" || approvals[1].By != "bo" {
+		t.Fatalf("Approval returned a pointer into the context's approvals")
 	}
 }
 

@@ -141,8 +141,8 @@ func (s *Context) RecordEffect(key string, replayed bool) {
 	s.effects = append(s.effects, checkpoint.Effect{Key: key, Replayed: replayed})
 }
 
-// Decision is the latest decision recorded for this step, or nil.
-func (s *Context) Decision() *checkpoint.Approval {
+// latestDecision is the latest decision recorded for this step, or nil.
+func (s *Context) latestDecision() *checkpoint.Approval {
 	if n := len(s.cfg.Approvals); n > 0 {
 		a := s.cfg.Approvals[n-1]
 		return &a
@@ -159,7 +159,7 @@ func (s *Context) Approval(req ApprovalRequest) (*checkpoint.Approval, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := s.Decision()
+	d := s.latestDecision()
 	if d == nil || d.PayloadSHA256 != sum {
 		return nil, nil
 	}
