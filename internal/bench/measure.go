@@ -42,92 +42,114 @@ const latencyBlock = 5
 // and 1.8x (p50) between runs minutes apart. Durable's systems run one
 // after another (they share the step stream's consumer).
 func (b *Bench) measureAll(ctx context.Context) ([]Result, error) {
-	var floor *Meter
-	var floorLat []time.Duration
-	var floorTP []Throughput
-	var results []Result
+	var floor floorRuns
 	if b.systems[0].name == SystemFloor {
 		m, err := b.Open(ctx, SystemFloor)
 		if err != nil {
 			return nil, err
 		}
 		defer m.Close()
-		floor = m
+		floor.m = m
 	}
+	var results []Result
 	for _, sys := range b.systems {
 		if sys.name == SystemFloor {
 			continue
 		}
-		m, err := b.Open(ctx, sys.name)
+		res, err := b.measureBesideFloor(ctx, sys.name, &floor)
 		if err != nil {
 			return nil, err
 		}
-		var lat []time.Duration
-		alternating := ""
-		if floor != nil {
-			alternating = ", alternating with the floor's in blocks of " + strconv.Itoa(latencyBlock)
-		}
-		b.progress.begin(sys.name+" latency", b.cfg.LatencyRuns)
-		for done := 0; done < b.cfg.LatencyRuns; done += latencyBlock {
-			n := min(latencyBlock, b.cfg.LatencyRuns-done)
-			if floor != nil {
-				d, err := floor.runsOneAtATime(ctx, "latency", n, false)
-				if err != nil {
-					m.Close()
-					return nil, err
-				}
-				floorLat = append(floorLat, d...)
-			}
-			d, err := m.runsOneAtATime(ctx, "latency", n, false)
-			if err != nil {
-				m.Close()
-				return nil, err
-			}
-			lat = append(lat, d...)
-			b.progress.update(len(lat))
-		}
-		if len(lat) > 0 {
-			b.progress.end("%d runs one at a time%s: p50 %.3f ms/step, p99 %.3f ms/step",
-				len(lat), alternating, ms(Percentile(lat, 0.5))/StepsPerRun, ms(Percentile(lat, 0.99))/StepsPerRun)
-		} else {
-			b.progress.end("skipped")
-		}
-		// Throughput: the floor's and this system's phases alternate too.
-		var tps []Throughput
-		for range throughputRounds {
-			if floor != nil {
-				tp, err := floor.Throughput(ctx, b.cfg.Runs)
-				if err != nil {
-					m.Close()
-					return nil, err
-				}
-				floorTP = append(floorTP, tp)
-			}
-			tp, err := m.Throughput(ctx, b.cfg.Runs)
-			if err != nil {
-				m.Close()
-				return nil, err
-			}
-			tps = append(tps, tp)
-		}
-		results = append(results, b.result(m, lat, tps))
-		m.Close()
+		results = append(results, res)
 	}
-	if floor != nil {
-		if len(floorLat) > 0 {
-			b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
-				SystemFloor+" latency", len(floorLat), ms(Percentile(floorLat, 0.5))/StepsPerRun, ms(Percentile(floorLat, 0.99))/StepsPerRun)
+	if floor.m == nil {
+		return results, nil
+	}
+	if len(floor.lat) > 0 {
+		b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
+			SystemFloor+" latency", len(floor.lat), ms(Percentile(floor.lat, 0.5))/StepsPerRun, ms(Percentile(floor.lat, 0.99))/StepsPerRun)
+	}
+	if len(floor.tps) == 0 { // the floor alone
+		tp, err := floor.m.Throughput(ctx, b.cfg.Runs)
+		if err != nil {
+			return nil, err
 		}
-		if len(floorTP) == 0 { // the floor alone
-			tp, err := floor.Throughput(ctx, b.cfg.Runs)
+		floor.tps = append(floor.tps, tp)
+	}
+	return append([]Result{b.result(floor.m, floor.lat, floor.tps)}, results...), nil
+}
+
+// floorRuns is the floor's meter, nil without the floor, and what its runs
+// alternating with the durable systems' measured.
+type floorRuns struct {
+	m   *Meter
+	lat []time.Duration
+	tps []Throughput
+}
+
+// measureBesideFloor measures durable system name, its phases alternating
+// with the floor's.
+func (b *Bench) measureBesideFloor(ctx context.Context, name string, floor *floorRuns) (Result, error) {
+	m, err := b.Open(ctx, name)
+	if err != nil {
+		return Result{}, err
+	}
+	defer m.Close()
+	lat, err := b.latency(ctx, m, floor)
+	if err != nil {
+		return Result{}, err
+	}
+	// Throughput: the floor's and this system's phases alternate too.
+	var tps []Throughput
+	for range throughputRounds {
+		if floor.m != nil {
+			tp, err := floor.m.Throughput(ctx, b.cfg.Runs)
+			if err != nil {
+				return Result{}, err
+			}
+			floor.tps = append(floor.tps, tp)
+		}
+		tp, err := m.Throughput(ctx, b.cfg.Runs)
+		if err != nil {
+			return Result{}, err
+		}
+		tps = append(tps, tp)
+	}
+	return b.result(m, lat, tps), nil
+}
+
+// latency runs m's latency runs one at a time, in blocks alternating with
+// as many of the floor's.
+func (b *Bench) latency(ctx context.Context, m *Meter, floor *floorRuns) ([]time.Duration, error) {
+	var lat []time.Duration
+	alternating := ""
+	if floor.m != nil {
+		alternating = ", alternating with the floor's in blocks of " + strconv.Itoa(latencyBlock)
+	}
+	b.progress.begin(m.sys.name+" latency", b.cfg.LatencyRuns)
+	for done := 0; done < b.cfg.LatencyRuns; done += latencyBlock {
+		n := min(latencyBlock, b.cfg.LatencyRuns-done)
+		if floor.m != nil {
+			d, err := floor.m.runsOneAtATime(ctx, "latency", n, false)
 			if err != nil {
 				return nil, err
 			}
-			floorTP = append(floorTP, tp)
+			floor.lat = append(floor.lat, d...)
 		}
-		results = append([]Result{b.result(floor, floorLat, floorTP)}, results...)
+		d, err := m.runsOneAtATime(ctx, "latency", n, false)
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, d...)
+		b.progress.update(len(lat))
 	}
-	return results, nil
+	if len(lat) > 0 {
+		b.progress.end("%d runs one at a time%s: p50 %.3f ms/step, p99 %.3f ms/step",
+			len(lat), alternating, ms(Percentile(lat, 0.5))/StepsPerRun, ms(Percentile(lat, 0.99))/StepsPerRun)
+	} else {
+		b.progress.end("skipped")
+	}
+	return lat, nil
 }
 
 // throughputRounds is how many throughput phases each durable system

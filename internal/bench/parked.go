@@ -140,9 +140,13 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 		return nil, errors.New("the waiting-at-scale phase needs the Redis store")
 	}
 	began := time.Now()
-	res := &ParkedResult{System: SystemDurableRedis, Runs: n, TTLSeconds: parkTTL.Seconds(), StartConcurrency: parkStartConcurrency}
-	cl := client.New(b.js, redisstore.New(b.rdb, redisstore.Options{}))
-	label := SystemDurableRedis + " parked"
+	p := &parkedPhase{
+		b:     b,
+		cl:    client.New(b.js, redisstore.New(b.rdb, redisstore.Options{})),
+		label: SystemDurableRedis + " parked",
+		res:   &ParkedResult{System: SystemDurableRedis, Runs: n, TTLSeconds: parkTTL.Seconds(), StartConcurrency: parkStartConcurrency},
+	}
+	res, label := p.res, p.label
 
 	acks, err := watchAcks(b.watchNC, queue.StepStream, queue.ConsumerName(ParkWorkflow))
 	if err != nil {
@@ -158,109 +162,19 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	defer wp.stop(workerGrace)
-	m := &Meter{b: b, worker: wp, acks: acks}
+	p.wp, p.acks, p.m = wp, acks, &Meter{b: b, worker: wp, acks: acks}
 
-	start := func(ttl time.Duration) func(ctx context.Context, id string) error {
-		return func(ctx context.Context, id string) error {
-			_, created, err := cl.Start(ctx, client.StartRequest{Workflow: ParkWorkflow, RunID: id, Input: ParkInput(id, ttl), By: "bench"})
-			if err == nil && !created {
-				err = fmt.Errorf("run %s existed already", id)
-			}
-			return err
-		}
-	}
-	_, coldRSS, err := wp.stats(ctx, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	res.WorkerRSSColdMiB = mib(coldRSS.RSS)
-	// Warm up, then the idle figures.
-	b.progress.begin(label+" warmup", parkWarmupRuns)
-	reached := acks.expect(parkWarmupRuns)
-	if err := forEach(ctx, parkIDs("parked-warmup", parkWarmupRuns), parkStartConcurrency, start(parkWarmupTTL)); err != nil {
-		return nil, fmt.Errorf("%s: start warm-up runs: %w", label, err)
-	}
-	if _, err := m.await(ctx, label, reached, parkWarmupRuns, nil, nil); err != nil {
-		return nil, err
-	}
-	b.progress.end("%d runs parked at once, not measured", parkWarmupRuns)
-	if err := sleep(ctx, parkQuiet); err != nil {
-		return nil, err
-	}
-	idle, idleRSS, err := wp.stats(ctx, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	memBefore, err := b.redisUsedMemory(ctx)
+	idle, err := p.warmUp(ctx)
 	if err != nil {
 		return nil, err
 	}
-
-	// Park N runs: every start returned, and every park acked.
 	runIDs := parkIDs("parked", n)
-	b.progress.begin(label+" starts", n)
-	reached = acks.expect(n)
-	cpuBefore := b.cpu(wp.pid())
-	startsBegan := time.Now()
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	started := make(chan error, 1)
-	var starts time.Duration // written before the send on started
-	go func() {
-		err := forEach(sctx, runIDs, parkStartConcurrency, start(parkTTL))
-		starts = time.Since(startsBegan)
-		started <- err
-	}()
-	lastPark, err := m.await(ctx, label, reached, n, started, b.progress.update)
+	lastPark, err := p.park(ctx, runIDs)
 	if err != nil {
 		return nil, err
 	}
-	res.ParkCPU = b.cpu(wp.pid()).since(cpuBefore)
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("%s: start runs: %w", label, err)
-	}
-	res.StartSeconds = starts.Seconds()
-	res.StartsPerS = float64(n) / starts.Seconds()
-	res.ParkSeconds = lastPark.Sub(startsBegan).Seconds()
-	res.ParksPerS = float64(n) / res.ParkSeconds
-	b.progress.end("%d runs started in %.1fs (%.0f/s), all parked after %.1fs (%.0f/s)",
-		n, res.StartSeconds, res.StartsPerS, res.ParkSeconds, res.ParksPerS)
-
-	// The parked figures.
-	if err := sleep(ctx, parkQuiet); err != nil {
+	if err := p.measureParked(ctx, runIDs, idle); err != nil {
 		return nil, err
-	}
-	memAfter, err := b.redisUsedMemory(ctx)
-	if err != nil {
-		return nil, err
-	}
-	_, noGCRSS, err := wp.stats(ctx, false)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	parked, parkedRSS, err := wp.stats(ctx, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	if _, peak, err := procStats(wp.pid()); err == nil {
-		res.WorkerPeakRSSMiB = mib(peak)
-	}
-	res.WorkerRSSIdleMiB, res.WorkerRSSParkedMiB, res.WorkerRSSParkedNoGCMiB = mib(idleRSS.RSS), mib(parkedRSS.RSS), mib(noGCRSS.RSS)
-	if idleRSS.RSS > 0 {
-		res.WorkerRSSGrowthPct = 100 * float64(parkedRSS.RSS-idleRSS.RSS) / float64(idleRSS.RSS)
-	}
-	res.WorkerAnonIdleMiB, res.WorkerAnonParkedMiB = mib(idleRSS.Anon), mib(parkedRSS.Anon)
-	res.WorkerHeapBytesPerRun = float64(parked.HeapInuse-idle.HeapInuse) / float64(n)
-	res.WorkerGoroutinesIdle, res.WorkerGoroutinesParked = idle.Goroutines, parked.Goroutines
-	res.WorkerHeapIdleMiB, res.WorkerHeapParkedMiB = mib(idle.HeapInuse), mib(parked.HeapInuse)
-	res.WorkerParked = parked.Parked
-	res.RedisUsedMemoryDeltaBytes = memAfter - memBefore
-	res.RedisBytesPerRun = float64(res.RedisUsedMemoryDeltaBytes) / float64(n)
-	if res.RedisRunKeyBytes, err = b.sampleRunKeys(ctx, runIDs); err != nil {
-		return nil, err
-	}
-	if want := int64(parkWarmupRuns + n); parked.Parked != want {
-		return nil, fmt.Errorf("%s: the worker parked %d runs, want %d", label, parked.Parked, want)
 	}
 	// The parked runs hold nothing in the worker: stop it, so that the
 	// sweep is the scheduler's alone. The rejected runs' resume messages
@@ -272,10 +186,10 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	if err := sleep(ctx, time.Until(lastPark.Add(parkTTL+50*time.Millisecond))); err != nil {
 		return nil, err
 	}
-	if err := b.sweep(ctx, label, cl, n, res); err != nil {
+	if err := b.sweep(ctx, label, p.cl, n, res); err != nil {
 		return nil, err
 	}
-	if res.VerifiedExpired, err = verifyExpired(ctx, cl.Store(), runIDs); err != nil {
+	if res.VerifiedExpired, err = verifyExpired(ctx, p.cl.Store(), runIDs); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	res.PhaseSeconds = time.Since(began).Seconds()
@@ -287,6 +201,143 @@ func (b *Bench) Parked(ctx context.Context, n int) (*ParkedResult, error) {
 	return res, nil
 }
 
+// parkedPhase is the waiting-at-scale phase under way: its worker process,
+// the acks it watches and the figures so far.
+type parkedPhase struct {
+	b     *Bench
+	cl    *client.Client
+	wp    *workerProc
+	acks  *ackWatcher
+	m     *Meter
+	label string
+	res   *ParkedResult
+}
+
+// parkedFigures are the worker's stats and RSS and Redis's used memory at
+// one moment of the phase.
+type parkedFigures struct {
+	worker    workerStats
+	rss       rssSample
+	redisUsed int64
+}
+
+// starter starts bench-park runs whose approvals have ttl.
+func (p *parkedPhase) starter(ttl time.Duration) func(ctx context.Context, id string) error {
+	return func(ctx context.Context, id string) error {
+		_, created, err := p.cl.Start(ctx, client.StartRequest{Workflow: ParkWorkflow, RunID: id, Input: ParkInput(id, ttl), By: "bench"})
+		if err == nil && !created {
+			err = fmt.Errorf("run %s existed already", id)
+		}
+		return err
+	}
+}
+
+// warmUp takes the cold figures, parks parkWarmupRuns runs, and returns
+// the idle figures.
+func (p *parkedPhase) warmUp(ctx context.Context) (parkedFigures, error) {
+	var idle parkedFigures
+	_, coldRSS, err := p.wp.stats(ctx, true)
+	if err != nil {
+		return idle, fmt.Errorf("%s: %w", p.label, err)
+	}
+	p.res.WorkerRSSColdMiB = mib(coldRSS.RSS)
+	// Warm up, then the idle figures.
+	p.b.progress.begin(p.label+" warmup", parkWarmupRuns)
+	reached := p.acks.expect(parkWarmupRuns)
+	if err := forEach(ctx, parkIDs("parked-warmup", parkWarmupRuns), parkStartConcurrency, p.starter(parkWarmupTTL)); err != nil {
+		return idle, fmt.Errorf("%s: start warm-up runs: %w", p.label, err)
+	}
+	if _, err := p.m.await(ctx, p.label, reached, parkWarmupRuns, nil, nil); err != nil {
+		return idle, err
+	}
+	p.b.progress.end("%d runs parked at once, not measured", parkWarmupRuns)
+	if err := sleep(ctx, parkQuiet); err != nil {
+		return idle, err
+	}
+	if idle.worker, idle.rss, err = p.wp.stats(ctx, true); err != nil {
+		return idle, fmt.Errorf("%s: %w", p.label, err)
+	}
+	idle.redisUsed, err = p.b.redisUsedMemory(ctx)
+	return idle, err
+}
+
+// park starts the runs of ids and returns when the worker acked the park
+// of the last one.
+func (p *parkedPhase) park(ctx context.Context, ids []string) (lastPark time.Time, err error) {
+	n, res := len(ids), p.res
+	// Park N runs: every start returned, and every park acked.
+	p.b.progress.begin(p.label+" starts", n)
+	reached := p.acks.expect(n)
+	cpuBefore := p.b.cpu(p.wp.pid())
+	startsBegan := time.Now()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	var starts time.Duration // written before the send on started
+	go func() {
+		err := forEach(sctx, ids, parkStartConcurrency, p.starter(parkTTL))
+		starts = time.Since(startsBegan)
+		started <- err
+	}()
+	lastPark, err = p.m.await(ctx, p.label, reached, n, started, p.b.progress.update)
+	if err != nil {
+		return lastPark, err
+	}
+	res.ParkCPU = p.b.cpu(p.wp.pid()).since(cpuBefore)
+	if err := <-started; err != nil {
+		return lastPark, fmt.Errorf("%s: start runs: %w", p.label, err)
+	}
+	res.StartSeconds = starts.Seconds()
+	res.StartsPerS = float64(n) / starts.Seconds()
+	res.ParkSeconds = lastPark.Sub(startsBegan).Seconds()
+	res.ParksPerS = float64(n) / res.ParkSeconds
+	p.b.progress.end("%d runs started in %.1fs (%.0f/s), all parked after %.1fs (%.0f/s)",
+		n, res.StartSeconds, res.StartsPerS, res.ParkSeconds, res.ParksPerS)
+	return lastPark, nil
+}
+
+// measureParked takes the figures with the runs of ids parked, against
+// the idle ones.
+func (p *parkedPhase) measureParked(ctx context.Context, ids []string, idle parkedFigures) error {
+	n, res := len(ids), p.res
+	if err := sleep(ctx, parkQuiet); err != nil {
+		return err
+	}
+	memAfter, err := p.b.redisUsedMemory(ctx)
+	if err != nil {
+		return err
+	}
+	_, noGCRSS, err := p.wp.stats(ctx, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.label, err)
+	}
+	parked, parkedRSS, err := p.wp.stats(ctx, true)
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.label, err)
+	}
+	if _, peak, err := procStats(p.wp.pid()); err == nil {
+		res.WorkerPeakRSSMiB = mib(peak)
+	}
+	res.WorkerRSSIdleMiB, res.WorkerRSSParkedMiB, res.WorkerRSSParkedNoGCMiB = mib(idle.rss.RSS), mib(parkedRSS.RSS), mib(noGCRSS.RSS)
+	if idle.rss.RSS > 0 {
+		res.WorkerRSSGrowthPct = 100 * float64(parkedRSS.RSS-idle.rss.RSS) / float64(idle.rss.RSS)
+	}
+	res.WorkerAnonIdleMiB, res.WorkerAnonParkedMiB = mib(idle.rss.Anon), mib(parkedRSS.Anon)
+	res.WorkerHeapBytesPerRun = float64(parked.HeapInuse-idle.worker.HeapInuse) / float64(n)
+	res.WorkerGoroutinesIdle, res.WorkerGoroutinesParked = idle.worker.Goroutines, parked.Goroutines
+	res.WorkerHeapIdleMiB, res.WorkerHeapParkedMiB = mib(idle.worker.HeapInuse), mib(parked.HeapInuse)
+	res.WorkerParked = parked.Parked
+	res.RedisUsedMemoryDeltaBytes = memAfter - idle.redisUsed
+	res.RedisBytesPerRun = float64(res.RedisUsedMemoryDeltaBytes) / float64(n)
+	if res.RedisRunKeyBytes, err = p.b.sampleRunKeys(ctx, ids); err != nil {
+		return err
+	}
+	if want := int64(parkWarmupRuns + n); parked.Parked != want {
+		return fmt.Errorf("%s: the worker parked %d runs, want %d", p.label, parked.Parked, want)
+	}
+	return nil
+}
+
 // sweep runs a scheduler until it expired n runs, and stops it.
 func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n int, res *ParkedResult) error {
 	logf, err := os.Create(filepath.Join(b.dir, "scheduler-parked.log"))
@@ -294,26 +345,9 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 		return err
 	}
 	defer logf.Close()
-	lvl, err := zerolog.ParseLevel(b.cfg.WorkerLogLevel)
-	if err != nil || lvl == zerolog.NoLevel {
-		lvl = zerolog.InfoLevel
-	}
-	log := zerolog.New(logf).Level(lvl).With().Timestamp().Str("component", "scheduler").Logger()
-	// The configuration of `durable scheduler` with its default flags.
-	cfg := scheduler.Config{Client: cl, Interval: time.Second, StuckAfter: 5 * time.Minute, Lease: 30 * time.Second, Logger: &log}
-	schs := make([]*scheduler.Scheduler, b.cfg.SweepSchedulers)
-	for i := range schs {
-		if schs[i], err = scheduler.New(cfg); err != nil {
-			return err
-		}
-	}
-	stats := func() (st scheduler.Stats) {
-		for _, sch := range schs {
-			s := sch.Stats()
-			st.Rejected += s.Rejected
-			st.Errors += s.Errors
-		}
-		return st
+	schs, cfg, err := b.sweepSchedulers(cl, logf)
+	if err != nil {
+		return err
 	}
 	res.SweepSchedulers, res.SweepInterval, res.SweepBatch = len(schs), cfg.Interval.Seconds(), schedulerDefaultBatch
 	if b.cfg.ProfileDir != "" {
@@ -327,18 +361,61 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 		}
 		defer pprof.StopCPUProfile()
 	}
+	return b.runSweep(ctx, &sweepRun{label: label, n: n, schs: schs, interval: cfg.Interval, log: logf.Name()}, res)
+}
 
-	b.progress.begin(label+" sweep", n)
+// sweepSchedulers are b.cfg.SweepSchedulers schedulers configured as
+// `durable scheduler` with its default flags, logging to logf.
+func (b *Bench) sweepSchedulers(cl *client.Client, logf *os.File) ([]*scheduler.Scheduler, scheduler.Config, error) {
+	lvl, err := zerolog.ParseLevel(b.cfg.WorkerLogLevel)
+	if err != nil || lvl == zerolog.NoLevel {
+		lvl = zerolog.InfoLevel
+	}
+	log := zerolog.New(logf).Level(lvl).With().Timestamp().Str("component", "scheduler").Logger()
+	// The configuration of `durable scheduler` with its default flags.
+	cfg := scheduler.Config{Client: cl, Interval: time.Second, StuckAfter: 5 * time.Minute, Lease: 30 * time.Second, Logger: &log}
+	schs := make([]*scheduler.Scheduler, b.cfg.SweepSchedulers)
+	for i := range schs {
+		if schs[i], err = scheduler.New(cfg); err != nil {
+			return nil, cfg, err
+		}
+	}
+	return schs, cfg, nil
+}
+
+// sweepRun is what runSweep runs and reports: the schedulers that expire
+// the n parked runs.
+type sweepRun struct {
+	label    string
+	n        int
+	schs     []*scheduler.Scheduler
+	interval time.Duration
+	log      string // the schedulers' log file
+}
+
+// stats sums the counters of the schedulers.
+func (s *sweepRun) stats() (st scheduler.Stats) {
+	for _, sch := range s.schs {
+		ss := sch.Stats()
+		st.Rejected += ss.Rejected
+		st.Errors += ss.Errors
+	}
+	return st
+}
+
+// runSweep runs the schedulers until they expired s.n runs, and stops them.
+func (b *Bench) runSweep(ctx context.Context, s *sweepRun, res *ParkedResult) error {
+	b.progress.begin(s.label+" sweep", s.n)
 	sctx, cancel := context.WithCancel(ctx)
 	cpuBefore := b.cpu(0)
 	began := time.Now()
-	stopped := make(chan error, len(schs))
-	for _, sch := range schs {
+	stopped := make(chan error, len(s.schs))
+	for _, sch := range s.schs {
 		go func() { stopped <- sch.Run(sctx) }()
 	}
 	defer func() {
 		cancel()
-		for range schs {
+		for range s.schs {
 			<-stopped
 		}
 	}()
@@ -351,29 +428,29 @@ func (b *Bench) sweep(ctx context.Context, label string, cl *client.Client, n in
 			return ctx.Err()
 		case err := <-stopped:
 			stopped <- err
-			return fmt.Errorf("%s: the scheduler stopped: %v", label, err)
+			return fmt.Errorf("%s: the scheduler stopped: %v", s.label, err)
 		case now := <-tick.C:
-			st := stats()
+			st := s.stats()
 			b.progress.update(int(st.Rejected))
 			if st.Rejected > 0 && res.FirstExpirySeconds == 0 {
 				res.FirstExpirySeconds = now.Sub(began).Seconds()
 			}
 			res.SweepErrors = st.Errors
-			if st.Rejected >= int64(n) {
+			if st.Rejected >= int64(s.n) {
 				res.SweepSeconds = now.Sub(began).Seconds()
 				res.SweepCPU = b.cpu(0).since(cpuBefore)
 				if d := res.SweepSeconds - res.FirstExpirySeconds; d > 0 {
-					res.ExpiredPerS = float64(n) / d
+					res.ExpiredPerS = float64(s.n) / d
 				}
 				b.progress.end("%d expired waits swept in %.1fs (first after %.1fs, then %.0f/s; %d scheduler(s), batch %d, interval %s)",
-					n, res.SweepSeconds, res.FirstExpirySeconds, res.ExpiredPerS, len(schs), res.SweepBatch, cfg.Interval)
+					s.n, res.SweepSeconds, res.FirstExpirySeconds, res.ExpiredPerS, len(s.schs), res.SweepBatch, s.interval)
 				return nil
 			}
 			if st.Rejected != last {
 				last, lastChange = st.Rejected, now
 			} else if now.Sub(lastChange) > stallTimeout {
 				return fmt.Errorf("%s: the scheduler expired nothing for %s (%d of %d, %d errors); log %s",
-					label, stallTimeout, st.Rejected, n, st.Errors, logf.Name())
+					s.label, stallTimeout, st.Rejected, s.n, st.Errors, s.log)
 			}
 		}
 	}

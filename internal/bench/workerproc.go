@@ -48,100 +48,141 @@ const readyLine = "ready"
 //
 //	bench-worker --mode durable|floor [--workload claims9|park] --nats URL [--redis URL] --concurrency N [--log-level L] [--stats]
 func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	mode := fs.String("mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
-	workload := fs.String("workload", WorkloadClaims9, "durable's workflow: claims9 or park (bench-park, for the waiting-at-scale phase)")
-	stats := fs.Bool("stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
-	natsURL := fs.String("nats", "", "NATS server URL (required)")
-	redisURL := fs.String("redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
-	concurrency := fs.Int("concurrency", 128, "steps in flight")
-	level := fs.String("log-level", "info", "zerolog level")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the process, from ready to exit, to `file`")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseWorkerFlags(args, stderr)
+	if err != nil {
 		return err
 	}
-	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("bench-worker: unexpected argument %q", fs.Arg(0))
-	case *natsURL == "":
-		return errors.New("bench-worker: --nats is required")
-	case *mode != ModeDurable && *mode != ModeFloor:
-		return fmt.Errorf("bench-worker: --mode %q: want durable or floor", *mode)
-	case *workload != WorkloadClaims9 && *workload != WorkloadPark:
-		return fmt.Errorf("bench-worker: --workload %q: want %s or %s", *workload, WorkloadClaims9, WorkloadPark)
-	case *mode == ModeFloor && *redisURL == "":
-		return errors.New("bench-worker: the floor needs --redis")
-	case *concurrency < 1:
-		return fmt.Errorf("bench-worker: --concurrency %d: want at least 1", *concurrency)
-	}
-	lvl, err := zerolog.ParseLevel(*level)
-	if err != nil || lvl == zerolog.NoLevel {
-		return fmt.Errorf("bench-worker: --log-level %q: want debug, info, warn or error", *level)
-	}
-	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("component", "bench-worker").Str("mode", *mode).Logger()
+	log := zerolog.New(stderr).Level(o.level).With().Timestamp().Str("component", "bench-worker").Str("mode", o.mode).Logger()
 
-	nc, err := nats.Connect(*natsURL, nats.Name("durable-bench-worker"))
+	nc, err := nats.Connect(o.natsURL, nats.Name("durable-bench-worker"))
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+		return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
 	}
-	var rdb *redis.Client
-	if *redisURL != "" {
-		opt, err := redis.ParseURL(*redisURL)
-		if err != nil {
-			return fmt.Errorf("redis URL %s: %w", *redisURL, err)
-		}
-		rdb = redis.NewClient(opt)
+	rdb, err := connectRedis(ctx, o.redisURL)
+	if err != nil {
+		return err
+	}
+	if rdb != nil {
 		defer rdb.Close()
-		if err := rdb.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("connect to Redis at %s: %w", *redisURL, err)
-		}
 	}
-	// Lines to stdout come from the ready call and the stats loop: one
-	// writer at a time.
-	var outMu sync.Mutex
-	writeLine := func(line string) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		fmt.Fprintln(stdout, line)
-	}
-	ready := func() { writeLine(readyLine) }
-	if *cpuProfile != "" {
-		stop, err := startCPUProfile(*cpuProfile)
+	out := &lineWriter{w: stdout}
+	if o.cpuProfile != "" {
+		stop, err := startCPUProfile(o.cpuProfile)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 
-	if *mode == ModeFloor {
-		f := &floorWorker{js: js, rdb: rdb, concurrency: *concurrency, log: log}
+	if o.mode == ModeFloor {
+		f := &floorWorker{js: js, rdb: rdb, concurrency: o.concurrency, log: log}
 		c, err := f.setup(ctx)
 		if err != nil {
 			return err
 		}
-		ready()
+		out.writeLine(readyLine)
 		return f.run(ctx, c)
 	}
+	return runDurableWorker(ctx, o, js, rdb, &log, stdin, out)
+}
 
+// workerOptions are the flags of `durable bench-worker`.
+type workerOptions struct {
+	mode, workload, natsURL, redisURL, cpuProfile string
+	stats                                         bool
+	concurrency                                   int
+	level                                         zerolog.Level
+}
+
+func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
+	var o workerOptions
+	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.mode, "mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
+	fs.StringVar(&o.workload, "workload", WorkloadClaims9, "durable's workflow: claims9 or park (bench-park, for the waiting-at-scale phase)")
+	fs.BoolVar(&o.stats, "stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
+	fs.StringVar(&o.natsURL, "nats", "", "NATS server URL (required)")
+	fs.StringVar(&o.redisURL, "redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
+	fs.IntVar(&o.concurrency, "concurrency", 128, "steps in flight")
+	level := fs.String("log-level", "info", "zerolog level")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the process, from ready to exit, to `file`")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("bench-worker: unexpected argument %q", fs.Arg(0))
+	case o.natsURL == "":
+		return o, errors.New("bench-worker: --nats is required")
+	case o.mode != ModeDurable && o.mode != ModeFloor:
+		return o, fmt.Errorf("bench-worker: --mode %q: want durable or floor", o.mode)
+	case o.workload != WorkloadClaims9 && o.workload != WorkloadPark:
+		return o, fmt.Errorf("bench-worker: --workload %q: want %s or %s", o.workload, WorkloadClaims9, WorkloadPark)
+	case o.mode == ModeFloor && o.redisURL == "":
+		return o, errors.New("bench-worker: the floor needs --redis")
+	case o.concurrency < 1:
+		return o, fmt.Errorf("bench-worker: --concurrency %d: want at least 1", o.concurrency)
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil || lvl == zerolog.NoLevel {
+		return o, fmt.Errorf("bench-worker: --log-level %q: want debug, info, warn or error", *level)
+	}
+	o.level = lvl
+	return o, nil
+}
+
+// connectRedis connects to the Redis at url; without a url it returns nil.
+func connectRedis(ctx context.Context, url string) (*redis.Client, error) {
+	if url == "" {
+		return nil, nil
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis URL %s: %w", url, err)
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("connect to Redis at %s: %w", url, err)
+	}
+	return rdb, nil
+}
+
+// lineWriter writes whole lines to w. Lines to stdout come from the ready
+// call and the stats loop: one writer at a time.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) writeLine(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintln(l.w, line)
+}
+
+// runDurableWorker runs durable's worker on the store of rdb (JetStream KV
+// when nil) until ctx ends.
+func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStream, rdb *redis.Client, log *zerolog.Logger, stdin io.Reader, out *lineWriter) error {
 	var store checkpoint.Store
+	var err error
 	if rdb != nil {
 		store = redisstore.New(rdb, redisstore.Options{})
 	} else if store, err = kvstore.New(ctx, js, kvstore.Options{}); err != nil {
 		return fmt.Errorf("open JetStream KV store: %w", err)
 	}
 	reg := Registry()
-	if *workload == WorkloadPark {
+	if o.workload == WorkloadPark {
 		reg = ParkRegistry()
 	}
 	w, err := worker.New(worker.Config{
 		JetStream: js, Store: store, Registry: reg,
-		Concurrency: *concurrency, Logger: &log,
+		Concurrency: o.concurrency, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -150,12 +191,12 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if _, err := w.Setup(ctx); err != nil {
 		return err
 	}
-	if *stats {
+	if o.stats {
 		// The reader blocks on stdin until the bench closes it or the
 		// process exits: it is not waited for.
-		go serveStats(stdin, writeLine, func() int64 { return w.Stats().Parked })
+		go serveStats(stdin, out.writeLine, func() int64 { return w.Stats().Parked })
 	}
-	ready()
+	out.writeLine(readyLine)
 	return w.Run(ctx)
 }
 

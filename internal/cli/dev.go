@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/devenv"
 	"github.com/durable-run/durable/internal/tokens"
@@ -22,35 +24,15 @@ import (
 )
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := service.NewFlagSet("durable dev", stderr)
-	data := fs.String("data", ".durable", "data directory (JetStream store, payments records)")
-	natsPort := fs.Int("nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
-	httpAddr := fs.String("http", "127.0.0.1:8080", "address of the demo payments API (/demo/payments)")
-	workers := fs.Int("workers", 2, "in-process workers")
-	concurrency := fs.Int("concurrency", 16, "steps each worker runs at once")
-	ackWait := fs.Duration("ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
-	// The env default is read after parsing so that -h never prints it.
-	redisURL := fs.String("redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
-	metricsAddr := fs.String("metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
-	tokenFile := fs.String("tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
-	pos, err := service.ParseArgs(fs, args)
+	o, err := parseDevFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return service.Usagef("dev: unexpected argument %q", pos[0])
-	}
-	if *redisURL == "" {
-		*redisURL = os.Getenv("DURABLE_REDIS_URL")
-	}
-	if *workers < 0 || *workers > 64 {
-		return service.Usagef("dev: --workers must be between 0 and 64")
-	}
-	dir, err := filepath.Abs(*data)
+	dir, err := filepath.Abs(o.data)
 	if err != nil {
 		return err
 	}
-	env, err := devenv.Start(devenv.Config{Dir: dir, NATSPort: *natsPort, HTTPAddr: *httpAddr})
+	env, err := devenv.Start(devenv.Config{Dir: dir, NATSPort: o.natsPort, HTTPAddr: o.httpAddr})
 	if err != nil {
 		return err
 	}
@@ -66,99 +48,187 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	log := service.NewLogger(stderr, "dev")
 	service.UseRedisLogger(log)
 	m := metrics.Default()
-	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
+	waitMetrics, err := metrics.Start(ctx, o.metricsAddr, m, log)
 	if err != nil {
 		return service.UsageError{Msg: err.Error()}
 	}
 	defer waitMetrics()
-	c := service.Conn{NATSURL: env.NATSURL, RedisURL: *redisURL, KVBucket: "durable"}
-	var wg sync.WaitGroup
-	errs := make(chan error, *workers+2)
-	for i := range *workers {
-		wlog := service.NewLogger(stderr, "worker").With().Int("worker", i+1).Logger()
-		s, err := c.Open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
+	p := &devProcs{
+		c: service.Conn{NATSURL: env.NATSURL, RedisURL: o.redisURL, KVBucket: "durable"},
+		m: m, stderr: stderr, errs: make(chan error, o.workers+2),
+	}
+	defer p.close()
+	if err := p.startWorkers(ctx, o); err != nil {
+		return err
+	}
+	if err := p.startScheduler(ctx); err != nil {
+		return err
+	}
+	tokPath, tokNote, err := devTokens(dir, o.tokenFile)
+	if err != nil {
+		return err
+	}
+	if err := p.startApprover(ctx, env, tokPath); err != nil {
+		return err
+	}
+	printDevBanner(stdout, env, o, dir, tokNote)
+	select {
+	case <-ctx.Done():
+	case err := <-p.errs:
+		log.Error().Err(err).Msg("worker stopped")
+		cancel()
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// devOptions are the flags of `durable dev`.
+type devOptions struct {
+	data, httpAddr, redisURL, metricsAddr, tokenFile string
+	natsPort, workers, concurrency                   int
+	ackWait                                          time.Duration
+}
+
+func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
+	var o devOptions
+	fs := service.NewFlagSet("durable dev", stderr)
+	fs.StringVar(&o.data, "data", ".durable", "data directory (JetStream store, payments records)")
+	fs.IntVar(&o.natsPort, "nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "address of the demo payments API (/demo/payments)")
+	fs.IntVar(&o.workers, "workers", 2, "in-process workers")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "steps each worker runs at once")
+	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
+	// The env default is read after parsing so that -h never prints it.
+	fs.StringVar(&o.redisURL, "redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
+	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
+	fs.StringVar(&o.tokenFile, "tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
+	pos, err := service.ParseArgs(fs, args)
+	if err != nil {
+		return o, err
+	}
+	if len(pos) > 0 {
+		return o, service.Usagef("dev: unexpected argument %q", pos[0])
+	}
+	if o.redisURL == "" {
+		o.redisURL = os.Getenv("DURABLE_REDIS_URL")
+	}
+	if o.workers < 0 || o.workers > 64 {
+		return o, service.Usagef("dev: --workers must be between 0 and 64")
+	}
+	return o, nil
+}
+
+// devProcs are the services `durable dev` runs in process, each on its own
+// connection. The connections stay open until dev returns, after every
+// service has stopped.
+type devProcs struct {
+	c        service.Conn
+	m        *metrics.Metrics
+	stderr   io.Writer
+	sessions []*service.Session
+	wg       sync.WaitGroup
+	errs     chan error // the first error a service stops with ends dev
+}
+
+// open opens a connection that close closes.
+func (p *devProcs) open(ctx context.Context, name string, log zerolog.Logger) (*service.Session, error) {
+	s, err := p.c.Open(ctx, name, log)
+	if err != nil {
+		return nil, err
+	}
+	p.sessions = append(p.sessions, s)
+	return s, nil
+}
+
+// close closes the connections, the last opened first.
+func (p *devProcs) close() {
+	for i := len(p.sessions) - 1; i >= 0; i-- {
+		p.sessions[i].Close()
+	}
+}
+
+// run runs a service until ctx ends; its error stops dev.
+func (p *devProcs) run(ctx context.Context, run func(context.Context) error) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := run(ctx); err != nil {
+			p.errs <- err
+		}
+	}()
+}
+
+func (p *devProcs) startWorkers(ctx context.Context, o devOptions) error {
+	for i := range o.workers {
+		wlog := service.NewLogger(p.stderr, "worker").With().Int("worker", i+1).Logger()
+		s, err := p.open(ctx, fmt.Sprintf("durable-dev-worker-%d", i+1), wlog)
 		if err != nil {
 			return err
 		}
-		defer s.Close()
 		blobs, err := objstore.New(ctx, s.JetStream, objstore.Options{})
 		if err != nil {
 			return fmt.Errorf("open the blob store: %w", err)
 		}
 		w, err := worker.New(worker.Config{JetStream: s.JetStream, Store: s.Store, Registry: ReferenceWorkflows(),
-			Concurrency: *concurrency, AckWait: *ackWait, Logger: &wlog, Metrics: m, Blobs: blobs})
+			Concurrency: o.concurrency, AckWait: o.ackWait, Logger: &wlog, Metrics: p.m, Blobs: blobs})
 		if err != nil {
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := w.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
+		p.run(ctx, w.Run)
 	}
-	{
-		slog := service.NewLogger(stderr, "scheduler")
-		s, err := c.Open(ctx, "durable-dev-scheduler", slog)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog})
-		if err != nil {
-			return err
-		}
-		m.RegisterScheduler(sch.Stats)
-		fleet, err := m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Logger: &slog})
-		if err != nil {
-			return err
-		}
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			if err := sch.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			_ = fleet.Run(ctx)
-		}()
-	}
-	tokPath, tokNote, err := devTokens(dir, *tokenFile)
+	return nil
+}
+
+// startScheduler starts the scheduler and the fleet metrics beside it.
+func (p *devProcs) startScheduler(ctx context.Context) error {
+	slog := service.NewLogger(p.stderr, "scheduler")
+	s, err := p.open(ctx, "durable-dev-scheduler", slog)
 	if err != nil {
 		return err
 	}
-	{
-		alog := service.NewLogger(stderr, "approver")
-		s, err := c.Open(ctx, "durable-dev-approver", alog)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		set, err := tokens.Load(tokPath)
-		if err != nil {
-			return err
-		}
-		srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: m.Handler()})
-		if err != nil {
-			return err
-		}
-		// The inbox page and the API share the dev HTTP address with the
-		// demo APIs (their /demo/ routes are more specific).
-		env.Mux.Handle("/", srv.Handler())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := srv.Run(ctx); err != nil {
-				errs <- err
-			}
-		}()
+	sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog})
+	if err != nil {
+		return err
 	}
+	p.m.RegisterScheduler(sch.Stats)
+	fleet, err := p.m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Logger: &slog})
+	if err != nil {
+		return err
+	}
+	p.run(ctx, sch.Run)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		_ = fleet.Run(ctx)
+	}()
+	return nil
+}
+
+func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath string) error {
+	alog := service.NewLogger(p.stderr, "approver")
+	s, err := p.open(ctx, "durable-dev-approver", alog)
+	if err != nil {
+		return err
+	}
+	set, err := tokens.Load(tokPath)
+	if err != nil {
+		return err
+	}
+	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler()})
+	if err != nil {
+		return err
+	}
+	// The inbox page and the API share the dev HTTP address with the
+	// demo APIs (their /demo/ routes are more specific).
+	env.Mux.Handle("/", srv.Handler())
+	p.run(ctx, srv.Run)
+	return nil
+}
+
+func printDevBanner(stdout io.Writer, env *devenv.Env, o devOptions, dir, tokNote string) {
 	store := "JetStream KV (bucket durable)"
-	if *redisURL != "" {
-		store = "Redis " + service.RedactURL(*redisURL)
+	if o.redisURL != "" {
+		store = "Redis " + service.RedactURL(o.redisURL)
 	}
 	fmt.Fprintf(stdout, `durable dev is up
   NATS            %s   (nats CLI: nats --server %s stream ls)
@@ -174,15 +244,7 @@ Try:
   durable runs list
   durable approve claim-0001 --by you
 Ctrl-C stops.
-`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), env.ClaimsURL(), dir, *workers, env.HTTPURL, tokNote)
-	select {
-	case <-ctx.Done():
-	case err := <-errs:
-		log.Error().Err(err).Msg("worker stopped")
-		cancel()
-	}
-	wg.Wait()
-	return nil
+`, env.NATSURL, env.NATSURL, store, env.PaymentsURL(), env.ClaimsURL(), dir, o.workers, env.HTTPURL, tokNote)
 }
 
 // devTokens returns the approver's token file for `durable dev`. Without

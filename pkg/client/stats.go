@@ -122,6 +122,30 @@ type CheckpointStats struct {
 // pass) and reads the checkpoints of a sample of the most recently
 // updated runs.
 func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
+	o = o.withDefaults()
+	runs, err := c.store.ListRuns(ctx, checkpoint.Filter{})
+	if err != nil {
+		return Stats{}, fmt.Errorf("list runs: %w", err)
+	}
+	st := Stats{At: o.Now.UTC(), Runs: len(runs), ByStatus: map[checkpoint.Status]int{}}
+	// Every status is present, zero or not, so scripts can index it.
+	for _, s := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
+		st.ByStatus[s] = 0
+	}
+	st.Stuck.After = o.StuckAfter.String()
+	st.addRuns(runs, o)
+
+	sample := mostRecent(runs, o.Sample)
+	st.Sample.Runs, st.Sample.All = len(sample), len(sample) == len(runs)
+	cps, err := c.readCheckpoints(ctx, sample, o.Parallel)
+	if err != nil {
+		return Stats{}, err
+	}
+	st.addCheckpoints(sample, cps)
+	return st, nil
+}
+
+func (o StatsOptions) withDefaults() StatsOptions {
 	if o.Sample == 0 {
 		o.Sample = DefaultStatsSample
 	}
@@ -134,16 +158,11 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
-	runs, err := c.store.ListRuns(ctx, checkpoint.Filter{})
-	if err != nil {
-		return Stats{}, fmt.Errorf("list runs: %w", err)
-	}
-	st := Stats{At: o.Now.UTC(), Runs: len(runs), ByStatus: map[checkpoint.Status]int{}}
-	// Every status is present, zero or not, so scripts can index it.
-	for _, s := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
-		st.ByStatus[s] = 0
-	}
-	st.Stuck.After = o.StuckAfter.String()
+	return o
+}
+
+// addRuns counts the figures taken from run records, over every run.
+func (st *Stats) addRuns(runs []checkpoint.Run, o StatsOptions) {
 	mismatch := steps.ErrJournalMismatch.Error()
 	completed := 0
 	for _, r := range runs {
@@ -170,18 +189,22 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 	if completed > 0 {
 		st.Resumes.ApprovalResumesPerCompletedRun = float64(st.Resumes.ApprovalResumes) / float64(completed)
 	}
+}
 
+// mostRecent returns the n most recently updated of runs (all of them when
+// n is negative), the most recent first.
+func mostRecent(runs []checkpoint.Run, n int) []checkpoint.Run {
 	sample := slices.Clone(runs)
 	sort.SliceStable(sample, func(i, j int) bool { return sample[i].UpdatedAt.After(sample[j].UpdatedAt) })
-	if o.Sample > 0 && len(sample) > o.Sample {
-		sample = sample[:o.Sample]
+	if n > 0 && len(sample) > n {
+		sample = sample[:n]
 	}
-	st.Sample.Runs, st.Sample.All = len(sample), len(sample) == len(runs)
-	cps, err := c.readCheckpoints(ctx, sample, o.Parallel)
-	if err != nil {
-		return Stats{}, err
-	}
+	return sample
+}
 
+// addCheckpoints counts the figures taken from checkpoints: cps[i] are the
+// checkpoints of sample[i].
+func (st *Stats) addCheckpoints(sample []checkpoint.Run, cps [][]checkpoint.Checkpoint) {
 	var sizes []int
 	var durs []float64
 	keyUses := map[string]int{}
@@ -209,16 +232,7 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 			st.Resumes.CompletedRuns++
 		}
 	}
-	for k, n := range keyUses {
-		if n > 1 {
-			st.Duplicates.ReusedKeys++
-			st.Duplicates.ReusedKeyExamples = append(st.Duplicates.ReusedKeyExamples, k)
-		}
-	}
-	sort.Strings(st.Duplicates.ReusedKeyExamples)
-	if len(st.Duplicates.ReusedKeyExamples) > 10 {
-		st.Duplicates.ReusedKeyExamples = st.Duplicates.ReusedKeyExamples[:10]
-	}
+	st.Duplicates.ReusedKeys, st.Duplicates.ReusedKeyExamples = reusedKeys(keyUses)
 	if st.Resumes.CompletedRuns > 0 {
 		st.Resumes.PerCompletedRun = float64(st.Resumes.RedeliveredSteps) / float64(st.Resumes.CompletedRuns)
 	}
@@ -227,7 +241,24 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 	slices.Sort(durs)
 	st.Checkpoints.P50Bytes, st.Checkpoints.P95Bytes = quantile(sizes, 0.50), quantile(sizes, 0.95)
 	st.Checkpoints.P50StepMS, st.Checkpoints.P95StepMS = quantile(durs, 0.50), quantile(durs, 0.95)
-	return st, nil
+}
+
+// reusedKeys counts the keys used more than once, and returns the first
+// 10 of them in order.
+func reusedKeys(uses map[string]int) (int, []string) {
+	n := 0
+	var examples []string
+	for k, u := range uses {
+		if u > 1 {
+			n++
+			examples = append(examples, k)
+		}
+	}
+	sort.Strings(examples)
+	if len(examples) > 10 {
+		examples = examples[:10]
+	}
+	return n, examples
 }
 
 // readCheckpoints reads the checkpoints of runs, parallel at a time. A run

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/scheduler"
@@ -45,94 +47,131 @@ func Main() {
 // ends, a service.UsageError for bad flags and flag.ErrHelp for -h. Logs
 // go to stderr.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := service.NewFlagSet("scheduler", stderr)
-	var c service.Conn
-	c.Register(fs)
-	interval := fs.Duration("interval", time.Second, "time between sweeps of the deadline index")
-	stuck := fs.Duration("stuck-after", 5*time.Minute, "re-publish the step of a running run with no progress for this long")
-	lease := fs.Duration("lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
-	parallel := fs.Int("parallel", 32, "expired waits handled at once")
-	retention := fs.Duration("blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
-	metricsAddr := fs.String("metrics", "", service.MetricsUsage)
-	fleetEvery := fs.Duration("fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
-	stuckMin := fs.Duration("stuck-min", time.Minute, "with --metrics: least time without progress that counts a running run as stuck (the threshold is 10x its step's p95, at least this)")
-	ttlGrace := fs.Duration("ttl-grace", time.Minute, "with --metrics: how long past its deadline a wait counts in durable_waits_past_ttl")
-	pos, err := service.ParseArgs(fs, args)
+	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return service.Usagef("scheduler: unexpected argument %q", pos[0])
-	}
-	if *fleetEvery <= 0 || *stuckMin <= 0 || *ttlGrace <= 0 {
-		return service.Usagef("scheduler: --fleet-interval, --stuck-min and --ttl-grace must be positive")
-	}
-	if *parallel < 1 {
-		return service.Usagef("scheduler: --parallel %d: want at least 1", *parallel)
-	}
-	if *retention < 0 {
-		return service.Usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", *retention)
 	}
 	log := service.NewLogger(stderr, "scheduler")
 	service.UseRedisLogger(log)
 	m := metrics.Default()
 	service.WaitReady(m)
-	waitMetrics, err := metrics.Start(ctx, *metricsAddr, m, log)
+	waitMetrics, err := metrics.Start(ctx, o.metricsAddr, m, log)
 	if err != nil {
 		return service.UsageError{Msg: err.Error()}
 	}
 	defer waitMetrics()
-	var (
-		current atomic.Pointer[scheduler.Scheduler] // the counters follow a restarted scheduler
-		fleet   *metrics.Fleet
-	)
-	if *metricsAddr != "" {
+	r := &runner{o: o, m: m, log: log}
+	if o.metricsAddr != "" {
 		// After a reconnect the counters restart from the new
 		// scheduler's (Prometheus reads that as a counter reset).
-		m.RegisterScheduler(func() scheduler.Stats {
-			if s := current.Load(); s != nil {
-				return s.Stats()
-			}
-			return scheduler.Stats{}
-		})
+		m.RegisterScheduler(r.stats)
 	}
-	return service.KeepTrying(ctx, log, "scheduler start", func() error {
-		s, err := c.Open(ctx, "durable-scheduler", log)
-		if err != nil {
-			return err
-		}
-		s.Ready(m)
-		defer s.Close()
-		c.WarnFewReplicas(ctx, s, log)
-		cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: *interval, StuckAfter: *stuck, Lease: *lease, Parallel: *parallel, Logger: &log}
-		if *retention > 0 {
-			blobs, err := c.OpenBlobs(ctx, s)
-			if err != nil {
-				return fmt.Errorf("--blob-retention: %w", err)
-			}
-			cfg.Blobs, cfg.BlobRetention = blobs, *retention
-		}
-		sch, err := scheduler.New(cfg)
+	return service.KeepTrying(ctx, log, "scheduler start", func() error { return r.run(ctx) })
+}
+
+// options are the flags of `durable scheduler`.
+type options struct {
+	conn                              service.Conn // registered on the flag set: never copied
+	interval, stuck, lease, retention time.Duration
+	parallel                          int
+	metricsAddr                       string
+	fleetEvery, stuckMin, ttlGrace    time.Duration
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := service.NewFlagSet("scheduler", stderr)
+	o.conn.Register(fs)
+	fs.DurationVar(&o.interval, "interval", time.Second, "time between sweeps of the deadline index")
+	fs.DurationVar(&o.stuck, "stuck-after", 5*time.Minute, "re-publish the step of a running run with no progress for this long")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
+	fs.IntVar(&o.parallel, "parallel", 32, "expired waits handled at once")
+	fs.DurationVar(&o.retention, "blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
+	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
+	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
+	fs.DurationVar(&o.stuckMin, "stuck-min", time.Minute, "with --metrics: least time without progress that counts a running run as stuck (the threshold is 10x its step's p95, at least this)")
+	fs.DurationVar(&o.ttlGrace, "ttl-grace", time.Minute, "with --metrics: how long past its deadline a wait counts in durable_waits_past_ttl")
+	pos, err := service.ParseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, service.Usagef("scheduler: unexpected argument %q", pos[0])
+	}
+	if o.fleetEvery <= 0 || o.stuckMin <= 0 || o.ttlGrace <= 0 {
+		return nil, service.Usagef("scheduler: --fleet-interval, --stuck-min and --ttl-grace must be positive")
+	}
+	if o.parallel < 1 {
+		return nil, service.Usagef("scheduler: --parallel %d: want at least 1", o.parallel)
+	}
+	if o.retention < 0 {
+		return nil, service.Usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", o.retention)
+	}
+	return o, nil
+}
+
+// runner runs the scheduler, and a new one after each lost connection.
+type runner struct {
+	o       *options
+	m       *metrics.Metrics
+	log     zerolog.Logger
+	current atomic.Pointer[scheduler.Scheduler] // the counters follow a restarted scheduler
+	fleet   *metrics.Fleet                      // with --metrics; kept across restarts
+}
+
+// stats are the counters of the scheduler running now.
+func (r *runner) stats() scheduler.Stats {
+	if s := r.current.Load(); s != nil {
+		return s.Stats()
+	}
+	return scheduler.Stats{}
+}
+
+// run connects and sweeps until ctx ends or the connection fails.
+func (r *runner) run(ctx context.Context) error {
+	s, err := r.o.conn.Open(ctx, "durable-scheduler", r.log)
+	if err != nil {
+		return err
+	}
+	s.Ready(r.m)
+	defer s.Close()
+	r.o.conn.WarnFewReplicas(ctx, s, r.log)
+	sch, err := r.newScheduler(ctx, s)
+	if err != nil {
+		return err
+	}
+	if r.o.metricsAddr == "" {
+		return sch.Run(ctx)
+	}
+	r.current.Store(sch)
+	if r.fleet == nil {
+		r.fleet, err = r.m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Interval: r.o.fleetEvery,
+			StuckMin: r.o.stuckMin, StuckDefault: r.o.stuck, PastTTLGrace: r.o.ttlGrace, Logger: &r.log})
 		if err != nil {
 			return service.UsageError{Msg: err.Error()}
 		}
-		if *metricsAddr == "" {
-			return sch.Run(ctx)
+	}
+	r.fleet.Use(s.Store, s.JetStream)
+	fctx, stopFleet := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = r.fleet.Run(fctx) }()
+	defer func() { stopFleet(); wg.Wait() }()
+	return sch.Run(ctx)
+}
+
+func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*scheduler.Scheduler, error) {
+	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log}
+	if r.o.retention > 0 {
+		blobs, err := r.o.conn.OpenBlobs(ctx, s)
+		if err != nil {
+			return nil, fmt.Errorf("--blob-retention: %w", err)
 		}
-		current.Store(sch)
-		if fleet == nil {
-			fleet, err = m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Interval: *fleetEvery,
-				StuckMin: *stuckMin, StuckDefault: *stuck, PastTTLGrace: *ttlGrace, Logger: &log})
-			if err != nil {
-				return service.UsageError{Msg: err.Error()}
-			}
-		}
-		fleet.Use(s.Store, s.JetStream)
-		fctx, stopFleet := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = fleet.Run(fctx) }()
-		defer func() { stopFleet(); wg.Wait() }()
-		return sch.Run(ctx)
-	})
+		cfg.Blobs, cfg.BlobRetention = blobs, r.o.retention
+	}
+	sch, err := scheduler.New(cfg)
+	if err != nil {
+		return nil, service.UsageError{Msg: err.Error()}
+	}
+	return sch, nil
 }

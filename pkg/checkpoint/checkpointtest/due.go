@@ -181,16 +181,35 @@ func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
 		limit    = 50
 	)
 	ids := make([]string, entries)
-	var wg sync.WaitGroup
-	errs := make(chan error, entries)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("conc-%04d", i)
 	}
+	indexConcurrently(t, s, ids)
+
+	now := base.Add(time.Hour)
+	const longLease = time.Minute // outlasts the test: a claim is never handed out twice
+	began := time.Now()
+	claimed, rounds, err := claimConcurrently(t, s, claimers, now, limit, longLease)
+	t.Logf("%d claimers took %v to claim and unindex %d entries (rounds per claimer %v)",
+		claimers, time.Since(began).Round(time.Millisecond), entries, rounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClaimedOnce(t, ids, claimed)
+	// Everything was unindexed: nothing comes back after the leases.
+	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
+}
+
+// indexConcurrently indexes ids[i] due at base+i ms, from 10 goroutines.
+func indexConcurrently(t *testing.T, s checkpoint.Store, ids []string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
 	for w := range 10 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < entries; i += 10 {
+			for i := w; i < len(ids); i += 10 {
 				if err := s.IndexDue(ctx(t), ids[i], base.Add(time.Duration(i)*time.Millisecond)); err != nil {
 					errs <- fmt.Errorf("IndexDue(%s): %w", ids[i], err)
 					return
@@ -203,51 +222,58 @@ func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
 
-	now := base.Add(time.Hour)
-	const longLease = time.Minute // outlasts the test: a claim is never handed out twice
+// claimConcurrently starts claimers at once, each claiming at now and
+// unindexing what it claimed until nothing is due, and returns what each
+// claimed in how many rounds.
+func claimConcurrently(t *testing.T, s checkpoint.Store, claimers int, now time.Time, limit int, claimLease time.Duration) ([][]string, []int, error) {
 	claimed := make([][]string, claimers)
 	rounds := make([]int, claimers)
-	cerrs := make([]error, claimers)
+	errs := make([]error, claimers)
 	start := make(chan struct{})
-	began := time.Now()
+	var wg sync.WaitGroup
 	for c := range claimers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			for {
-				got, err := s.ClaimDue(ctx(t), now, limit, longLease)
-				if err != nil {
-					cerrs[c] = err
-					return
-				}
-				if len(got) == 0 {
-					return
-				}
-				if len(got) > limit {
-					cerrs[c] = fmt.Errorf("ClaimDue returned %d ids, limit %d", len(got), limit)
-					return
-				}
-				rounds[c]++
-				claimed[c] = append(claimed[c], got...)
-				for _, id := range got {
-					if err := s.UnindexDue(ctx(t), id); err != nil {
-						cerrs[c] = err
-						return
-					}
-				}
-			}
+			claimed[c], rounds[c], errs[c] = claimUntilNoneDue(t, s, now, limit, claimLease)
 		}()
 	}
 	close(start)
 	wg.Wait()
-	t.Logf("%d claimers took %v to claim and unindex %d entries (rounds per claimer %v)",
-		claimers, time.Since(began).Round(time.Millisecond), entries, rounds)
-	if err := errors.Join(cerrs...); err != nil {
-		t.Fatal(err)
+	return claimed, rounds, errors.Join(errs...)
+}
+
+// claimUntilNoneDue is one claimer of claimConcurrently.
+func claimUntilNoneDue(t *testing.T, s checkpoint.Store, now time.Time, limit int, claimLease time.Duration) (claimed []string, rounds int, err error) {
+	for {
+		got, err := s.ClaimDue(ctx(t), now, limit, claimLease)
+		if err != nil {
+			return claimed, rounds, err
+		}
+		if len(got) == 0 {
+			return claimed, rounds, nil
+		}
+		if len(got) > limit {
+			return claimed, rounds, fmt.Errorf("ClaimDue returned %d ids, limit %d", len(got), limit)
+		}
+		rounds++
+		claimed = append(claimed, got...)
+		for _, id := range got {
+			if err := s.UnindexDue(ctx(t), id); err != nil {
+				return claimed, rounds, err
+			}
+		}
 	}
-	times := make(map[string]int, entries)
+}
+
+// wantClaimedOnce checks that every id of ids, and no other, was claimed
+// by exactly one claimer.
+func wantClaimedOnce(t *testing.T, ids []string, claimed [][]string) {
+	t.Helper()
+	times := make(map[string]int, len(ids))
 	for _, got := range claimed {
 		for _, id := range got {
 			times[id]++
@@ -258,11 +284,9 @@ func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
 			t.Errorf("%s claimed %d times, want once", id, times[id])
 		}
 	}
-	if len(times) != entries {
-		t.Errorf("%d distinct ids claimed, want %d", len(times), entries)
+	if len(times) != len(ids) {
+		t.Errorf("%d distinct ids claimed, want %d", len(times), len(ids))
 	}
-	// Everything was unindexed: nothing comes back after the leases.
-	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
 }
 
 func testDueInvalid(t *testing.T, s checkpoint.Store) {
