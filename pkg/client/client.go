@@ -46,7 +46,9 @@ type Client struct {
 	store checkpoint.Store
 }
 
-// New returns a client over the step stream and the store.
+// New returns a client over the step stream and the store: those of the
+// workers, e.g. the JetStream and Store of a pkg/service Session opened with
+// the same --nats and --redis settings.
 func New(js jetstream.JetStream, store checkpoint.Store) *Client {
 	return &Client{js: js, store: store}
 }

@@ -240,7 +240,7 @@ func closeNATS(nc *nats.Conn, closed <-chan struct{}) {
 	}
 }
 
-// open connects to NATS and the store, retrying NATS briefly so that a
+// Open connects to NATS and the store, retrying NATS briefly so that a
 // fleet can start in any order. Refused credentials and untrusted
 // certificates fail at once: retrying does not fix them.
 func (c *Conn) Open(ctx context.Context, name string, log zerolog.Logger) (*Session, error) {

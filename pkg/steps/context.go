@@ -88,7 +88,8 @@ func (s *Context) JournalMismatch() bool {
 	return s.mismatch
 }
 
-// NewContext returns a step context.
+// NewContext returns a step context. The worker builds one per delivery;
+// tests of a workflow's steps build their own (see the examples).
 func NewContext(cfg ContextConfig) *Context {
 	s := &Context{cfg: cfg, journal: make(map[string]checkpoint.CallRecord, len(cfg.Journal)), used: map[string]bool{}}
 	for _, r := range cfg.Journal {
@@ -153,7 +154,8 @@ func (s *Context) latestDecision() *checkpoint.Approval {
 // Approval returns the decision that applies to req: the latest decision for
 // this step, provided it was taken on the payload req presents now. When
 // the facts changed since (the payload hashes differently) or nobody decided
-// yet, it returns nil and the step should return Wait(state, req) to ask again.
+// yet, it returns nil and the step should return Park[S](req) to ask again.
+// The decision's Approved, By and Reason say which way it went, who and why.
 func (s *Context) Approval(req ApprovalRequest) (*checkpoint.Approval, error) {
 	sum, err := PayloadSHA256(req.Payload)
 	if err != nil {

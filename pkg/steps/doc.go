@@ -28,7 +28,7 @@
 //			Step("assess", assess, steps.WithRetry(steps.RetryPolicy{Attempts: 8})).
 //			Step("finish", finish),
 //	)
-//	// hand reg to the worker package
+//	workercmd.Main(workercmd.Config{Registry: reg}) // your worker binary (pkg/workercmd)
 //
 // The shape follows from what a worker may do to a step at any moment: crash,
 // be redelivered, run it twice at once.
@@ -45,16 +45,18 @@
 // the same step gets it back instead of calling again. The same name with
 // other arguments is [ErrJournalMismatch]: the step does not replay the way it
 // ran. The journal cannot cover a crash after an effect and before its
-// record, so an effect also carries [Context.IdempotencyKey], which names the
-// logical step ("claim-0042:step6"), never the attempt.
+// record, so an effect also carries an idempotency key that names the logical
+// step ("claim-0042:step6"), never the attempt: [Effect] hands it to the
+// function that makes the effect, journals the result and lists the effect
+// on the run.
 //
-// Waiting is a state. [Wait] parks the run: the worker stores the request and
+// Waiting is a state. [Park] parks the run: the worker stores the request and
 // lets go, so a run can wait days without holding a process. When someone
 // decides, the same step runs again from its start and finds the decision with
 // [Context.Approval] — only if it was taken on the payload the step would
-// present now.
+// present now; [checkpoint.Approval.Approved] says which way it went.
 //
-// Control flow is explicit: [Next], [Complete], [Fail] and [Wait] are the
+// Control flow is explicit: [Next], [Complete], [Fail], [Park] and [SleepUntil] are the
 // outcomes; a returned error is retried by the step's [RetryPolicy], and one
 // wrapped with [Permanent] dead-letters the run at once. Workflow and step
 // names are persisted with every run: keep them stable, and register a new
