@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/durable-run/durable/internal/testenv/fleetcheck"
 )
 
 // TestChaos runs the fleet as processes under faults and checks the
@@ -86,24 +88,12 @@ func TestChaos(t *testing.T) {
 	rep := &report{form: cfg.name, seed: seed, claims: cfg.claims, agents: cfg.agents}
 	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ccancel()
-	drainDeadline := time.Now().Add(60 * time.Second)
-	for {
-		p, ap, err := consumers(cctx, e)
-		rep.pending, rep.ackPending = p, ap
-		if err == nil && p == 0 && ap == 0 {
-			break
-		}
-		if time.Now().After(drainDeadline) {
-			if err != nil {
-				t.Errorf("step consumers: %v", err)
-			}
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
+	if rep.Queue, err = fleetcheck.WaitDrained(cctx, e.js, 60*time.Second, 250*time.Millisecond); err != nil {
+		t.Errorf("step consumers: %v", err)
 	}
 
 	accepted, status, errs := drv.snapshot()
-	if err := check(cctx, e, runs, accepted, rep); err != nil {
+	if rep.Report, err = check(cctx, e, runs, accepted); err != nil {
 		t.Fatalf("reading the stores: %v", err)
 	}
 	rep.faults = map[string]int{}
@@ -122,26 +112,26 @@ func TestChaos(t *testing.T) {
 	fmt.Fprint(os.Stdout, buf.String())
 
 	// The verdict.
-	if rep.duplicates != 0 {
-		t.Errorf("%d duplicate payments", rep.duplicates)
+	if rep.Duplicates != 0 {
+		t.Errorf("%d duplicate payments", rep.Duplicates)
 	}
-	if len(rep.lost) != 0 {
-		t.Errorf("%d runs lost", len(rep.lost))
+	if len(rep.Unfinished) != 0 {
+		t.Errorf("%d runs lost", len(rep.Unfinished))
 	}
-	if len(rep.problems) != 0 {
-		t.Errorf("%d invariant violations", len(rep.problems))
+	if len(rep.Problems) != 0 {
+		t.Errorf("%d invariant violations", len(rep.Problems))
 	}
-	if len(rep.stepFailures) != 0 {
-		t.Errorf("%d step failures counted against retry budgets for infrastructure faults", len(rep.stepFailures))
+	if len(rep.StepFailures) != 0 {
+		t.Errorf("%d step failures counted against retry budgets for infrastructure faults", len(rep.StepFailures))
 	}
 	if len(rep.exits) != 0 {
 		t.Errorf("%d processes ended on their own: a service must ride out its dependencies' outages", len(rep.exits))
 	}
-	if rep.pending != 0 || rep.ackPending != 0 {
-		t.Errorf("step consumers hold %d pending and %d unacked messages", rep.pending, rep.ackPending)
+	if !rep.Drained() {
+		t.Errorf("step consumers hold %d pending and %d unacked messages", rep.Pending, rep.AckPending)
 	}
-	if rep.completed+rep.dead+rep.failed != cfg.claims+cfg.agents {
-		t.Errorf("%d of %d runs ended", rep.completed+rep.dead+rep.failed, cfg.claims+cfg.agents)
+	if rep.Completed+rep.Dead+rep.Failed != cfg.claims+cfg.agents {
+		t.Errorf("%d of %d runs ended", rep.Completed+rep.Dead+rep.Failed, cfg.claims+cfg.agents)
 	}
 	for k, want := range map[string]int{faultKillWorker: cfg.workerKills, faultRestartNATS: cfg.natsRestarts, faultRestartRedis: cfg.redisRestarts, faultStopWorker: cfg.stops, faultPauseRedis: cfg.redisPauses} {
 		if rep.faults[k] < want {
@@ -160,18 +150,13 @@ func keepLogs(t *testing.T, e *env) {
 	if err != nil {
 		return
 	}
-	paths, _ := filepath.Glob(filepath.Join(e.dir, "*.log"))
-	paths = append(paths, e.nats.Log, e.redis.Log, filepath.Join(e.dir, "payments.jsonl"))
-	for i, p := range paths {
+	for _, p := range append(e.logs(), filepath.Join(e.dir, "payments.jsonl")) {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		name := filepath.Base(p)
-		if p == e.nats.Log || p == e.redis.Log {
-			name = fmt.Sprintf("%d-%s", i, name)
-		}
-		_ = os.WriteFile(filepath.Join(dst, name), b, 0o644)
+		// The servers' logs are nats.N.log and redis.N.log.
+		_ = os.WriteFile(filepath.Join(dst, filepath.Base(p)), b, 0o644)
 	}
 	t.Logf("logs of the failed run copied to %s", dst)
 }
@@ -200,7 +185,7 @@ func checkLogs(e *env, zombies []zombie, rep *report) {
 			for _, a := range list {
 				where = append(where, filepath.Base(a.path))
 			}
-			rep.problems = append(rep.problems, fmt.Sprintf("step %s committed %d times (%v)", k, len(list), where))
+			rep.Problems = append(rep.Problems, fmt.Sprintf("step %s committed %d times (%v)", k, len(list), where))
 		}
 	}
 	for _, z := range zombies {
@@ -235,7 +220,7 @@ func checkLogs(e *env, zombies []zombie, rep *report) {
 				}
 			}
 			if mine > 0 && others > 0 {
-				rep.problems = append(rep.problems, fmt.Sprintf("zombie %s committed step 6 of %s that another worker had committed", z.member, z.run))
+				rep.Problems = append(rep.Problems, fmt.Sprintf("zombie %s committed step 6 of %s that another worker had committed", z.member, z.run))
 			}
 		}
 		line += fmt.Sprintf("; afterwards: %d commits, %d commits lost to the worker that took over, %d other step log lines", committed, lost, other)

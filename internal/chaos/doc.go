@@ -9,7 +9,9 @@
 // and the payments API, that every run completed (or went dead with a
 // reason), each claim paid exactly once, checkpoints are contiguous, every
 // decision is audited and no step message is left unacked, and prints a
-// summary table.
+// summary table. The servers and services run under internal/testenv's
+// supervisor (package proc) and the invariants are checked by
+// internal/testenv/fleetcheck, as internal/fleet's are.
 //
 // The suite is TestChaos. It runs in its short form by default (it is part
 // of `make test` and CI; -short skips it) and in its full form with

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/approver"
+	"github.com/durable-run/durable/internal/testenv/fleetcheck"
 	"github.com/durable-run/durable/pkg/client"
 )
 
@@ -76,13 +77,6 @@ func (s *starter) run(ctx context.Context, runs []plannedRun, span time.Duration
 	return nil
 }
 
-// decision is one approval the API accepted.
-type decision struct {
-	step int
-	hash string
-	at   time.Time
-}
-
 // approverDriver approves parked claims through the approver's HTTP API,
 // as an adjuster with the inbox open would.
 type approverDriver struct {
@@ -90,14 +84,14 @@ type approverDriver struct {
 	http *http.Client
 
 	mu       sync.Mutex
-	accepted map[string][]decision // run -> decisions answered 200
-	status   map[int]int           // HTTP status of decision requests -> count
-	errors   int                   // requests that got no answer
+	accepted map[string][]fleetcheck.Decision // run -> decisions answered 200
+	status   map[int]int                      // HTTP status of decision requests -> count
+	errors   int                              // requests that got no answer
 }
 
 func newApproverDriver(e *env) *approverDriver {
 	return &approverDriver{e: e, http: &http.Client{Timeout: 5 * time.Second},
-		accepted: map[string][]decision{}, status: map[int]int{}}
+		accepted: map[string][]fleetcheck.Decision{}, status: map[int]int{}}
 }
 
 // run approves what is pending every interval until ctx ends.
@@ -130,7 +124,7 @@ func (a *approverDriver) round(ctx context.Context) {
 		err := a.do(ctx, http.MethodPost, "/api/approvals/"+p.RunID+"/approve", body, &res)
 		if err == nil {
 			a.mu.Lock()
-			a.accepted[p.RunID] = append(a.accepted[p.RunID], decision{step: res.Step, hash: res.PayloadSHA256, at: res.At})
+			a.accepted[p.RunID] = append(a.accepted[p.RunID], fleetcheck.Decision{By: adjuster, Step: res.Step, SHA256: res.PayloadSHA256})
 			a.mu.Unlock()
 		}
 		if ctx.Err() != nil {
@@ -180,12 +174,12 @@ func (a *approverDriver) do(ctx context.Context, method, path string, body []byt
 	return json.Unmarshal(b, out)
 }
 
-func (a *approverDriver) snapshot() (accepted map[string][]decision, status map[int]int, errs int) {
+func (a *approverDriver) snapshot() (accepted map[string][]fleetcheck.Decision, status map[int]int, errs int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	accepted = map[string][]decision{}
+	accepted = map[string][]fleetcheck.Decision{}
 	for k, v := range a.accepted {
-		accepted[k] = append([]decision(nil), v...)
+		accepted[k] = append([]fleetcheck.Decision(nil), v...)
 	}
 	status = map[int]int{}
 	for k, v := range a.status {

@@ -23,6 +23,7 @@ import (
 	"github.com/durable-run/durable/internal/claims"
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
@@ -47,10 +48,12 @@ type env struct {
 	// back to the worker that asked.
 	payHook atomic.Pointer[answerHook]
 
-	procs       *fleetProcs
-	workers     []*member
-	schedulers  []*member
-	approver    *member
+	bin         string
+	procEnv     []string
+	members     []*proc.Proc
+	workers     []*proc.Proc
+	schedulers  []*proc.Proc
+	approver    *proc.Proc
 	approverURL string
 	token       string
 }
@@ -68,17 +71,11 @@ func newEnv(t *testing.T, cfg config) *env {
 		t.Logf("logs and data kept in %s", dir)
 	}
 	bin := testenv.DurableBin(t)
-	e.nats = testenv.StartNATSServer(t)
-	e.redis = testenv.StartRedisServer(t)
-	if keep {
-		t.Cleanup(func() {
-			for _, p := range []string{e.nats.Log, e.redis.Log} {
-				if b, err := os.ReadFile(p); err == nil {
-					_ = os.WriteFile(filepath.Join(e.dir, filepath.Base(p)), b, 0o644)
-				}
-			}
-		})
-	}
+	e.bin = bin
+	// The servers keep their data and logs in the suite's dir: kept with
+	// it, dumped with the services' logs.
+	e.nats = testenv.StartNATSServer(t, testenv.NATSDir(filepath.Join(e.dir, "nats")))
+	e.redis = testenv.StartRedisServer(t, testenv.RedisDir(filepath.Join(e.dir, "redis")), testenv.RedisAOF("always"))
 	t.Logf("nats-server %s (pid %d, store %s), redis-server %s (pid %d, dir %s)", e.nats.URL, e.nats.Pid(), e.nats.Dir, e.redis.URL, e.redis.Pid(), e.redis.Dir)
 
 	// The suite's own connections ride out the restarts like the fleet's.
@@ -135,28 +132,27 @@ func newEnv(t *testing.T, cfg config) *env {
 	e.token = strings.TrimSpace(out.String())
 
 	conn := []string{"--nats", e.nats.URL, "--redis", e.redis.URL}
-	logEnv := []string{"DURABLE_LOG_LEVEL=info", "DURABLE_PAYMENTS_URL=" + e.payURL, "DURABLE_CLAIMS_URL=" + base + "/demo/claims"}
-	e.procs = &fleetProcs{t: t, bin: bin}
+	e.procEnv = []string{"DURABLE_LOG_LEVEL=info", "DURABLE_PAYMENTS_URL=" + e.payURL, "DURABLE_CLAIMS_URL=" + base + "/demo/claims"}
 	t.Cleanup(func() {
-		e.procs.stopAll()
+		e.stopMembers()
 		_ = srv.Close()
 		_ = pay.Close()
 	})
 	for i := 1; i <= cfg.workers; i++ {
 		args := append([]string{"worker"}, conn...)
 		args = append(args, "--ack-wait", cfg.ackWait.String(), "--concurrency", fmt.Sprint(cfg.concurrency), "--drain-timeout", "1s")
-		e.workers = append(e.workers, e.procs.add(fmt.Sprintf("worker-%d", i), args, logEnv, e.dir))
+		e.workers = append(e.workers, e.addMember(fmt.Sprintf("worker-%d", i), args))
 	}
 	for i := 1; i <= cfg.schedulers; i++ {
 		args := append([]string{"scheduler"}, conn...)
 		args = append(args, "--interval", "500ms", "--lease", "5s", "--stuck-after", cfg.stuckAfter.String())
-		e.schedulers = append(e.schedulers, e.procs.add(fmt.Sprintf("scheduler-%d", i), args, logEnv, e.dir))
+		e.schedulers = append(e.schedulers, e.addMember(fmt.Sprintf("scheduler-%d", i), args))
 	}
 	addr := freeAddr(t)
 	e.approverURL = "http://" + addr
 	args := append([]string{"approver"}, conn...)
 	args = append(args, "--http", addr, "--tokens", tokenFile)
-	e.approver = e.procs.add("approver", args, logEnv, e.dir)
+	e.approver = e.addMember("approver", args)
 
 	e.waitReady()
 	return e
@@ -220,11 +216,15 @@ func (e *env) waitReady() {
 	}
 }
 
+// logs are every process's logs: the services' and the servers'.
+func (e *env) logs() []string {
+	paths, _ := filepath.Glob(filepath.Join(e.dir, "*.log"))
+	return append(append(paths, e.nats.Logs()...), e.redis.Logs()...)
+}
+
 // dumpLogs logs the tail of every process log.
 func (e *env) dumpLogs(n int) {
-	paths, _ := filepath.Glob(filepath.Join(e.dir, "*.log"))
-	paths = append(paths, e.nats.Log, e.redis.Log)
-	for _, p := range paths {
+	for _, p := range e.logs() {
 		b, _ := os.ReadFile(p)
 		if len(b) > n {
 			b = b[len(b)-n:]
@@ -233,10 +233,11 @@ func (e *env) dumpLogs(n int) {
 	}
 }
 
-func (e *env) allExits() []exit {
-	var out []exit
-	for _, m := range e.procs.members {
-		out = append(out, m.unexpected()...)
+// allExits are the ends of the services that the suite did not cause.
+func (e *env) allExits() []proc.Exit {
+	var out []proc.Exit
+	for _, m := range e.members {
+		out = append(out, m.Exits()...)
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/testenv/proc"
 )
 
 // Fault kinds.
@@ -124,16 +125,17 @@ func (in *injector) killWorkers(ctx context.Context, windowEnd time.Time) {
 		}
 		// A worker that has been up a moment holds steps: killing one
 		// still starting up would test less.
-		var cands []*member
+		var cands []*proc.Proc
 		for _, m := range in.e.workers {
-			if m.uptime() > 300*time.Millisecond {
+			if m.Uptime() > 300*time.Millisecond {
 				cands = append(cands, m)
 			}
 		}
 		if len(cands) == 0 {
 			continue
 		}
-		if cands[in.intn(len(cands))].kill() {
+		// Kill refuses a frozen worker: the zombie must live to wake up.
+		if cands[in.intn(len(cands))].Kill() == nil {
 			in.record(faultKillWorker)
 		}
 	}
@@ -238,10 +240,10 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 		if status/100 != 2 || fired.Load() {
 			return
 		}
-		byPid := map[int]*member{}
+		byPid := map[int]*proc.Proc{}
 		var pids []int
 		for _, m := range in.e.workers {
-			if p := m.pid(); p != 0 {
+			if p := m.Pid(); p != 0 {
 				byPid[p] = m
 				pids = append(pids, p)
 			}
@@ -250,14 +252,14 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 		if m == nil || !fired.CompareAndSwap(false, true) {
 			return
 		}
-		pid, log, ok := m.freeze()
-		if !ok {
+		pid, err := m.Freeze()
+		if err != nil {
 			fired.Store(false)
 			return
 		}
 		var p payments.Payment
 		_ = json.Unmarshal(body, &p)
-		got <- frozenAt(m, pid, log, p.RunID)
+		got <- frozenAt(m, pid, p.RunID)
 	})
 	in.e.payHook.Store(&hook)
 	defer in.e.payHook.Store(nil)
@@ -268,9 +270,9 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 		if fired.CompareAndSwap(false, true) {
 			// No payment in 15s: freeze any worker that has been up a while.
 			for _, m := range in.e.workers {
-				if m.uptime() > time.Second {
-					if pid, log, ok := m.freeze(); ok {
-						z = frozenAt(m, pid, log, "")
+				if m.Uptime() > time.Second {
+					if pid, err := m.Freeze(); err == nil {
+						z = frozenAt(m, pid, "")
 						break
 					}
 				}
@@ -292,8 +294,8 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 	in.logf("%s: %s (pid %d) stopped for %s, payment of %q in flight", z.frozen.Format("15:04:05.000"), z.member, z.pid, in.cfg.stopFor, z.run)
 	sleepCtx(context.WithoutCancel(ctx), in.cfg.stopFor)
 	for _, m := range in.e.workers {
-		if m.name == z.member {
-			m.thaw(z.pid)
+		if m.Name() == z.member {
+			m.Thaw(z.pid)
 		}
 	}
 	z.thawed = time.Now()
@@ -303,10 +305,13 @@ func (in *injector) stopWorker(ctx context.Context) bool {
 	return true
 }
 
-func frozenAt(m *member, pid int, log, run string) zombie {
+// frozenAt is the zombie m frozen as pid becomes: the lines its log gets
+// from now on are the zombie's.
+func frozenAt(m *proc.Proc, pid int, run string) zombie {
+	log := m.Log()
 	var size int64
 	if fi, err := os.Stat(log); err == nil {
 		size = fi.Size()
 	}
-	return zombie{member: m.name, pid: pid, log: log, offset: size, frozen: time.Now(), run: run}
+	return zombie{member: m.Name(), pid: pid, log: log, offset: size, frozen: time.Now(), run: run}
 }

@@ -8,14 +8,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,152 +22,31 @@ import (
 
 // confServer is a nats-server process started from a config file.
 type confServer struct {
-	URL  string
-	Port int
-	log  string
+	*testenv.NATSServer
 }
 
-// startNATSConf runs the module's nats-server with the config conf,
-// rendered into a temp dir with a free loopback port and monitoring port
-// and its JetStream store in a temp dir; env is added to the process
-// environment (the config's $VARIABLES).
+// startNATSConf runs the module's nats-server with the config conf on a
+// free loopback port and monitoring port, its JetStream store in a temp
+// dir (testenv sets those, whatever conf says); env is added to the
+// process environment (the config's $VARIABLES).
 func startNATSConf(t *testing.T, conf string, env ...string) *confServer {
 	t.Helper()
-	text, err := os.ReadFile(conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A free port can be taken by another test process between the probe
-	// and the server's bind: start again on new ports when that happens.
-	for attempt := 1; ; attempt++ {
-		s, exited := startNATSConfOnce(t, string(text), conf, env)
-		if attempt < 3 && lostPortRace(s, exited) {
-			continue
-		}
-		waitListening(t, "tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), s.log, exited)
-		return s
-	}
-}
-
-// lostPortRace reports whether the server exited because its port was
-// taken meanwhile (it waits until the server listens or exits).
-func lostPortRace(s *confServer, exited <-chan struct{}) bool {
-	for range 200 {
-		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port)); err == nil {
-			c.Close()
-			return false
-		}
-		select {
-		case <-exited:
-			return strings.Contains(s.Log(), "address already in use")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return false
-}
-
-// startNATSConfOnce renders conf on new ports and starts nats-server on it.
-func startNATSConfOnce(t *testing.T, text, conf string, env []string) (*confServer, <-chan struct{}) {
-	t.Helper()
-	dir := t.TempDir()
-	port, mport := freePort(t), freePort(t)
-	rendered := text
-	for _, r := range []struct{ re, repl string }{
-		{`(?m)^port:.*$`, fmt.Sprintf("port: %d", port)},
-		{`(?m)^http_port:.*$`, fmt.Sprintf("http_port: %d", mport)},
-		{`(?m)^(\s*)store_dir:.*$`, fmt.Sprintf("${1}store_dir: %q", filepath.Join(dir, "js"))},
-	} {
-		re := regexp.MustCompile(r.re)
-		if !re.MatchString(rendered) {
-			t.Fatalf("%s: no line matches %s", conf, r.re)
-		}
-		rendered = re.ReplaceAllString(rendered, r.repl)
-	}
-	path := writeFile(t, dir, "nats-server.conf", rendered)
-	s := &confServer{URL: fmt.Sprintf("nats://127.0.0.1:%d", port), Port: port, log: filepath.Join(dir, "nats.log")}
-	cmd := exec.Command(testenv.NATSServerBin(t), "-c", path, "-a", "127.0.0.1")
-	cmd.Env = append(os.Environ(), env...)
-	logf, err := os.Create(s.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nats-server: %v", err)
-	}
-	exited := waitProcess(cmd)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		_ = logf.Close()
-	})
-	return s, exited
-}
-
-// waitProcess returns a channel closed when cmd has exited.
-func waitProcess(cmd *exec.Cmd) <-chan struct{} {
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	return exited
+	return &confServer{testenv.StartNATSServer(t, testenv.NATSConfigFile(conf), testenv.NATSEnv(env...))}
 }
 
 // Log is the server's log so far.
 func (s *confServer) Log() string {
-	b, _ := os.ReadFile(s.log)
+	logs := s.Logs()
+	b, _ := os.ReadFile(logs[len(logs)-1])
 	return string(b)
 }
 
 // startRedisProc runs redis-server with args on a unix socket in a temp
-// dir; unlike testenv.StartRedis it does not expect an unauthenticated
-// PING to work. It returns the socket path.
+// dir, up once it answers (NOAUTH when args ask for credentials), and
+// returns the socket path.
 func startRedisProc(t *testing.T, args ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not found on PATH: install it (apt-get install redis-server)")
-	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "redis.sock")
-	logPath := filepath.Join(dir, "redis.log")
-	all := append([]string{"--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--bind", "127.0.0.1", "--logfile", logPath}, args...)
-	cmd := exec.Command(bin, all...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	exited := waitProcess(cmd)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	waitListening(t, "unix", sock, logPath, exited)
-	return sock
-}
-
-func waitListening(t *testing.T, network, addr, logPath string, exited <-chan struct{}) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial(network, addr)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
-			t.Fatalf("server exited: %s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logPath)
-			t.Fatalf("server did not listen on %s: %s", addr, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testenv.StartRedisServer(t, testenv.RedisUnixSocket(), testenv.RedisArgs(args...)).Sock
 }
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -293,7 +169,8 @@ func clearConnEnv(t *testing.T) {
 	}
 }
 
-// execNATS is the module's nats-server binary with args.
+// execNATS is the module's nats-server binary with args, for what starts
+// no server (-t checks a config file).
 func execNATS(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	return exec.Command(testenv.NATSServerBin(t), args...)

@@ -304,35 +304,24 @@ func startCluster(t *testing.T) (urls []string, servers []*server.Server) {
 	t.Helper()
 	clientPorts, routePorts := freePorts(t, len(natsNodes)), freePorts(t, len(natsNodes))
 	for i, node := range natsNodes {
-		o := natsConfig(t, "cluster", node+".conf")
-		o.Host, o.Port, o.HTTPPort = "127.0.0.1", clientPorts[i], 0
-		o.Cluster.Host, o.Cluster.Port = "127.0.0.1", routePorts[i]
-		o.StoreDir = t.TempDir()
-		o.NoLog, o.NoSigs = os.Getenv("DEPLOYCHECK_NATS_LOG") == "", true
-		for _, r := range o.Routes {
+		file := natsConfig(t, "cluster", node+".conf")
+		for _, r := range file.Routes {
 			j := slices.Index(natsNodes, r.Hostname())
 			if j < 0 {
 				t.Fatalf("%s: route to unknown node %s", node, r.Hostname())
 			}
 			r.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(routePorts[j]))
 		}
-		s, err := server.NewServer(o)
-		if err != nil {
-			t.Fatalf("%s: %v", node, err)
-		}
-		if !o.NoLog {
-			s.ConfigureLogger()
-		}
-		s.Start()
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("%s: not ready for connections", node)
-		}
-		urls = append(urls, (&url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPorts[i]))}).String())
-		servers = append(servers, s)
+		n := testenv.StartNATSServer(t, testenv.NATSEmbedded(), testenv.NATSPort(clientPorts[i]),
+			testenv.NATSServerOptions(func(o *server.Options) {
+				// The file's options, on testenv's address and store.
+				file.Host, file.Port, file.HTTPPort, file.StoreDir = o.Host, o.Port, 0, o.StoreDir
+				file.Cluster.Host, file.Cluster.Port = "127.0.0.1", routePorts[i]
+				file.NoLog, file.NoSigs = os.Getenv("DEPLOYCHECK_NATS_LOG") == "", true
+				*o = *file
+			}))
+		urls = append(urls, (&url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(n.Port))}).String())
+		servers = append(servers, n.Server)
 	}
 	return urls, servers
 }

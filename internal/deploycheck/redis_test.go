@@ -5,9 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
@@ -78,59 +76,32 @@ func TestRedisConfRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs redis-server")
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal("redis-server is not installed (make deps installs it)")
-	}
 	env := composeEnv(t)
 	cmd := composeProject(t).Services["redis"].Command
 	if len(cmd) < 2 {
 		t.Fatalf("compose redis command %v", cmd)
 	}
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "redis.sock")
 	// The file and the compose file's arguments, then only the addresses
-	// moved: no TCP port, a unix socket in the temp dir, which is also
-	// the working directory (redis.conf's data dir).
-	args := append([]string{deployPath(t, "redis", "redis.conf")}, cmd[2:]...)
-	args = append(args, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700")
-	srv := exec.Command(bin, args...)
-	srv.Dir = dir
-	var out bytes.Buffer
-	srv.Stdout, srv.Stderr = &out, &out
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Wait() }()
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		<-exited
-	})
+	// and the data dir moved: no TCP port, a unix socket in the server's
+	// temp dir.
+	srv := testenv.StartRedisServer(t, testenv.RedisConfigFile(deployPath(t, "redis", "redis.conf")),
+		testenv.RedisArgs(cmd[2:]...), testenv.RedisUnixSocket())
+	log := func() string { return proc.LastLines(srv.Log(), 20) }
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := func(user, password string) *redis.Client {
-		c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock, Username: user, Password: password, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Network: "unix", Addr: srv.Sock, Username: user, Password: password, MaxRetries: -1})
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
 	anon := client("", "")
-	testenv.Eventually(t, 10*time.Second, "redis-server listening", func() bool {
-		select {
-		case err := <-exited:
-			t.Fatalf("redis-server exited: %v\n%s", err, out.String())
-		default:
-		}
-		_, err := os.Stat(sock)
-		return err == nil
-	})
 	if err := anon.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Errorf("a client without credentials: PING = %v, want NOAUTH", err)
 	}
 	durable := client("durable", env["DURABLE_REDIS_PASSWORD"])
 	if err := durable.Ping(ctx).Err(); err != nil {
-		t.Fatalf("PING as durable: %v\n%s", err, out.String())
+		t.Fatalf("PING as durable: %v\n%s", err, log())
 	}
 	info, err := durable.Info(ctx, "persistence").Result()
 	if err != nil || !strings.Contains(info, "aof_enabled:1") {

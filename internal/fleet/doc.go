@@ -4,8 +4,11 @@
 // payments API, and worker and scheduler processes of the reference
 // binary, all on 127.0.0.1 and stopped at cleanup.
 //
-// The helpers (Start, StartNATSCluster, StartRedisCluster, Proc) serve the
-// tests of this package and other packages' tests that need a cluster:
+// The helpers (Start, StartNATSCluster, StartRedisCluster) serve the tests
+// of this package and other packages' tests that need a cluster. Every
+// server and service is started through internal/testenv and supervised
+// by its package proc; what the fleet did is checked by
+// internal/testenv/fleetcheck, as the chaos suite's is.
 //
 //   - TestFleet (DURABLE_FLEET=1, `make fleet`) runs claims and agent runs
 //     while it SIGKILLs a NATS node, fails over a Redis primary and

@@ -102,12 +102,14 @@ func (x *faults) natsNode(ctx context.Context) {
 	x.kill("nats")
 	x.log("SIGKILL nats-server %s (leader of %s; meta leader %s)", victim.Name, queue.StepStream, meta)
 	time.Sleep(10 * time.Second)
-	if err := victim.Start(60 * time.Second); err != nil {
+	if err := victim.Start(); err != nil {
 		x.fail("restart NATS %s: %v", victim.Name, err)
 		return
 	}
 	x.log("nats-server %s restarted on its store; healthy (caught up)", victim.Name)
-	if err := f.NATS.WaitHealthy(60 * time.Second); err != nil {
+	hctx, hcancel := context.WithTimeout(ctx, 60*time.Second)
+	defer hcancel()
+	if err := f.NATS.WaitHealthy(hctx); err != nil {
 		x.fail("NATS cluster after the restart: %v", err)
 		return
 	}
@@ -147,7 +149,7 @@ func (x *faults) redisPrimary(ctx context.Context) {
 	}
 	x.log("redis-server %s promoted to primary after %s; cluster_state ok", replica.Name, time.Since(killed).Round(10*time.Millisecond))
 	time.Sleep(8 * time.Second)
-	if err := victim.Start(30 * time.Second); err != nil {
+	if err := victim.Start(); err != nil {
 		x.fail("restart Redis %s: %v", victim.Name, err)
 		return
 	}
@@ -186,17 +188,17 @@ func (x *faults) worker() {
 		w, how = f.Workers[len(f.Workers)/2], "(no payment in flight)"
 	}
 	if err := w.Kill(); err != nil {
-		x.fail("kill %s: %v", w.Name, err)
+		x.fail("kill %s: %v", w.Name(), err)
 		return
 	}
 	x.kill("worker")
-	x.log("SIGKILL %s %s", w.Name, how)
+	x.log("SIGKILL %s %s", w.Name(), how)
 	time.Sleep(2 * time.Second)
 	if err := w.Restart(30 * time.Second); err != nil {
-		x.fail("restart %s: %v", w.Name, err)
+		x.fail("restart %s: %v", w.Name(), err)
 		return
 	}
-	x.log("%s restarted", w.Name)
+	x.log("%s restarted", w.Name())
 }
 
 func (x *faults) snapshot() ([]faultEvent, []string, map[string]time.Time) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/durable-run/durable/internal/payments"
 	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
@@ -59,7 +60,7 @@ type Fleet struct {
 	T     testing.TB
 	Dir   string
 	Opts  Options
-	NATS  *NATSCluster
+	NATS  *testenv.NATSCluster
 	Redis *RedisCluster        // nil with Single
 	Plain *testenv.RedisServer // with Single
 
@@ -115,7 +116,7 @@ func Start(tb testing.TB, dir string, o Options) *Fleet {
 	f.NATS = StartNATSCluster(tb, dir, o.NATSNodes)
 	f.NATSURL = f.NATS.URL()
 	if o.Single {
-		f.Plain = testenv.StartRedisServer(tb, "--appendfsync", "everysec")
+		f.Plain = testenv.StartRedisServer(tb, testenv.RedisAOF("everysec"), testenv.RedisDir(filepath.Join(dir, "redis")))
 		f.RedisURL = "redis://" + f.Plain.Addr
 	} else {
 		f.Redis = StartRedisCluster(tb, dir, RedisClusterOptions{Primaries: o.RedisPrimaries, Replicas: o.RedisReplicas})
@@ -188,12 +189,18 @@ func (f *Fleet) AddScheduler() *Service {
 	return s
 }
 
+// service starts a process of the reference binary, its logs in the
+// fleet's dir; it is stopped (SIGTERM, SIGKILL after 10s) at cleanup.
 func (f *Fleet) service(name string, args []string) *Service {
 	f.T.Helper()
-	port := freePort(f.T, false)
+	port, err := proc.FreePort(0)
+	if err != nil {
+		f.T.Fatal(err)
+	}
 	s := &Service{Metrics: fmt.Sprintf("127.0.0.1:%d", port)}
-	s.Proc = NewProc(f.T, name, f.Dir, f.bin, append(args, "--metrics", s.Metrics), f.env)
-	if err := s.Proc.Start(); err != nil {
+	s.Proc = proc.New(proc.Config{Name: name, Path: f.bin, Args: append(args, "--metrics", s.Metrics), Env: f.env, Dir: f.Dir})
+	f.T.Cleanup(func() { _ = s.Stop(10 * time.Second) })
+	if err := s.Start(); err != nil {
 		f.T.Fatal(err)
 	}
 	return s
@@ -230,14 +237,16 @@ func (f *Fleet) Services() []*Service {
 // Service is a durable worker or scheduler process with its metrics
 // address (/readyz).
 type Service struct {
-	*Proc
+	*proc.Proc
 	Metrics string
 }
 
 // WaitReady waits until /readyz answers 200.
 func (s *Service) WaitReady(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	cl := http.Client{Timeout: time.Second}
-	return s.waitReady(timeout, func() error {
+	return s.Proc.WaitReady(ctx, func() error {
 		resp, err := cl.Get("http://" + s.Metrics + "/readyz")
 		if err != nil {
 			return err
@@ -248,6 +257,14 @@ func (s *Service) WaitReady(timeout time.Duration) error {
 		}
 		return nil
 	})
+}
+
+// StartNATSCluster starts the fleet's JetStream cluster: n nats-server
+// processes named n1..nN with routes between them, their stores and logs
+// under dir (see testenv.StartNATSCluster).
+func StartNATSCluster(tb testing.TB, dir string, n int) *testenv.NATSCluster {
+	tb.Helper()
+	return testenv.StartNATSCluster(tb, n, testenv.NATSDir(dir))
 }
 
 // Restart starts a stopped or killed service again and waits until it is

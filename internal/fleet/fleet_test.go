@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/durable-run/durable/internal/testenv/fleetcheck"
 )
 
 // fleetDir is where the fleet keeps its logs and data: a temp dir removed
@@ -74,7 +76,7 @@ func TestFleet(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &starter{f: f}
-	dec := newDecider(f)
+	dec := newApprover(f)
 	fx := &faults{f: f}
 	var wg sync.WaitGroup
 	startErr := make(chan error, 1)
@@ -135,26 +137,19 @@ func TestFleet(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ccancel()
 	// The consumers drain once the last acks are in.
-	var drainErr error
-	for end := time.Now().Add(30 * time.Second); ; {
-		rep.pending, rep.ackPending, rep.dlq, drainErr = consumers(cctx, f)
-		if drainErr == nil && rep.pending == 0 && rep.ackPending == 0 || time.Now().After(end) {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
+	var err error
+	if rep.Queue, err = fleetcheck.WaitDrained(cctx, f.JS, 30*time.Second, 500*time.Millisecond); err != nil {
+		t.Errorf("read the consumers: %v", err)
 	}
-	if drainErr != nil {
-		t.Errorf("read the consumers: %v", drainErr)
-	}
-	if err := check(cctx, f, runs, rep); err != nil {
+	if rep.Report, err = check(cctx, f, runs); err != nil {
 		t.Fatalf("check: %v", err)
 	}
 	scanLogs(f, rep)
 	for _, n := range f.NATS.Nodes {
-		rep.exits = append(rep.exits, n.Proc.Exits()...)
+		rep.exits = append(rep.exits, n.Exits()...)
 	}
 	for _, n := range f.Redis.Nodes {
-		rep.exits = append(rep.exits, n.Proc.Exits()...)
+		rep.exits = append(rep.exits, n.Exits()...)
 	}
 
 	var b strings.Builder

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 )
@@ -71,10 +72,10 @@ func TestKVStoreReadsWithoutLeaderGiveUp(t *testing.T) {
 	}
 }
 
-func countDown(c *NATSCluster) int {
+func countDown(c *testenv.NATSCluster) int {
 	n := 0
 	for _, node := range c.Nodes {
-		if node.Proc.Pid() == 0 {
+		if !node.Running() {
 			n++
 		}
 	}

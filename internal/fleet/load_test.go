@@ -110,9 +110,12 @@ func (s *starter) start(ctx context.Context, r plannedRun) error {
 	}
 }
 
-// decider takes the decisions the parked runs wait for, through the
+// decider is who takes the decisions in the fleet test.
+const decider = "fleet-adjuster"
+
+// approver takes the decisions the parked runs wait for, through the
 // client over the cluster, as a person with the inbox open would.
-type decider struct {
+type approver struct {
 	f *Fleet
 
 	mu       sync.Mutex
@@ -120,11 +123,11 @@ type decider struct {
 	failures map[string]int // error text -> count
 }
 
-func newDecider(f *Fleet) *decider {
-	return &decider{f: f, decided: map[string]int{}, failures: map[string]int{}}
+func newApprover(f *Fleet) *approver {
+	return &approver{f: f, decided: map[string]int{}, failures: map[string]int{}}
 }
 
-func (d *decider) run(ctx context.Context, runs []plannedRun) {
+func (d *approver) run(ctx context.Context, runs []plannedRun) {
 	var ids []string
 	for _, r := range runs {
 		if r.decide {
@@ -145,14 +148,14 @@ func (d *decider) run(ctx context.Context, runs []plannedRun) {
 	}
 }
 
-func (d *decider) round(ctx context.Context, id string) {
+func (d *approver) round(ctx context.Context, id string) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	run, err := d.f.Store.GetRun(cctx, id)
 	if err != nil || run.Status != checkpoint.StatusWaiting || run.Wait == nil || (run.Wait.Kind != "" && run.Wait.Kind != checkpoint.WaitApproval) {
 		return
 	}
-	_, err = d.f.Client.Decide(cctx, client.Decision{RunID: id, By: "fleet-adjuster", Channel: client.ChannelAPI,
+	_, err = d.f.Client.Decide(cctx, client.Decision{RunID: id, By: decider, Channel: client.ChannelAPI,
 		PayloadSHA256: run.Wait.PayloadSHA256, Step: run.Wait.Step, Reason: "fleet test: checked"})
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -163,7 +166,7 @@ func (d *decider) round(ctx context.Context, id string) {
 	d.decided[id]++
 }
 
-func (d *decider) snapshot() (decided int, failures map[string]int) {
+func (d *approver) snapshot() (decided int, failures map[string]int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, n := range d.decided {

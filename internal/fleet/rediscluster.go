@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/durable-run/durable/internal/testenv"
 )
 
 // RedisCluster is a Redis Cluster of redis-server processes on loopback:
@@ -24,11 +23,8 @@ type RedisCluster struct {
 // RedisNode is one redis-server of the cluster. Kill and Start keep its
 // port and data directory (AOF and nodes.conf): a restarted node rejoins.
 type RedisNode struct {
+	*testenv.RedisServer
 	Name string
-	Addr string
-	Port int
-	Dir  string
-	Proc *Proc
 	ID   string // cluster node id
 }
 
@@ -41,17 +37,13 @@ type RedisClusterOptions struct {
 	NodeTimeout time.Duration
 }
 
-// StartRedisCluster starts the nodes in cluster mode with the AOF on
-// (appendfsync everysec, Redis's default), joins them (CLUSTER MEET),
-// gives each primary its share of the slots (CLUSTER ADDSLOTSRANGE), makes
-// the others replicas (CLUSTER REPLICATE), and waits until the cluster is
-// ok and every replica is in sync.
+// StartRedisCluster starts the nodes (testenv.RedisClusterNode) with the
+// AOF on (appendfsync everysec, Redis's default), each in dir/redis-rN,
+// joins them (CLUSTER MEET), gives each primary its share of the slots
+// (CLUSTER ADDSLOTSRANGE), makes the others replicas (CLUSTER REPLICATE),
+// and waits until the cluster is ok and every replica is in sync.
 func StartRedisCluster(tb testing.TB, dir string, o RedisClusterOptions) *RedisCluster {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		tb.Fatalf("redis-server not found on PATH: install it (apt-get install redis-server) or run `make test`, which does")
-	}
 	if o.Primaries == 0 {
 		o.Primaries = 3
 	}
@@ -61,21 +53,10 @@ func StartRedisCluster(tb testing.TB, dir string, o RedisClusterOptions) *RedisC
 	c := &RedisCluster{}
 	total := o.Primaries * (1 + o.Replicas)
 	for i := range total {
-		n := &RedisNode{Name: fmt.Sprintf("r%d", i+1), Port: freePort(tb, true)}
-		n.Addr = fmt.Sprintf("127.0.0.1:%d", n.Port)
-		n.Dir = filepath.Join(dir, "redis-"+n.Name)
-		if err := os.MkdirAll(n.Dir, 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		args := []string{"--port", strconv.Itoa(n.Port), "--bind", "127.0.0.1", "--dir", n.Dir,
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", strconv.Itoa(int(o.NodeTimeout.Milliseconds())),
-			"--appendonly", "yes", "--appendfsync", "everysec", "--save", ""}
-		n.Proc = NewProc(tb, "redis-"+n.Name, dir, bin, args, nil)
-		if err := n.Start(30 * time.Second); err != nil {
-			tb.Fatal(err)
-		}
-		c.Nodes = append(c.Nodes, n)
+		name := fmt.Sprintf("r%d", i+1)
+		srv := testenv.StartRedisServer(tb, testenv.RedisClusterNode(o.NodeTimeout), testenv.RedisAOF("everysec"),
+			testenv.RedisDir(filepath.Join(dir, "redis-"+name)))
+		c.Nodes = append(c.Nodes, &RedisNode{RedisServer: srv, Name: name})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -147,19 +128,6 @@ func (c *RedisCluster) Addrs() []string {
 	}
 	return a
 }
-
-// Start starts the node (again) and waits until it answers PING.
-func (n *RedisNode) Start(timeout time.Duration) error {
-	if err := n.Proc.Start(); err != nil {
-		return err
-	}
-	return n.Proc.waitReady(timeout, func() error {
-		return n.do(context.Background(), "PING").Err()
-	})
-}
-
-// Kill SIGKILLs the node.
-func (n *RedisNode) Kill() error { return n.Proc.Kill() }
 
 // do runs one command on this node alone, on a fresh connection.
 func (n *RedisNode) do(ctx context.Context, args ...any) *redis.Cmd {
@@ -234,7 +202,7 @@ func (n *RedisNode) info(ctx context.Context, section, field string) (string, er
 func (c *RedisCluster) Primaries(ctx context.Context) ([]*RedisNode, error) {
 	var out []*RedisNode
 	for _, n := range c.Nodes {
-		if n.Proc.Pid() == 0 {
+		if !n.Running() {
 			continue
 		}
 		me, err := n.self(ctx)
@@ -251,7 +219,7 @@ func (c *RedisCluster) Primaries(ctx context.Context) ([]*RedisNode, error) {
 // ReplicaOf is a running replica of primary p, nil when none.
 func (c *RedisCluster) ReplicaOf(ctx context.Context, p *RedisNode) *RedisNode {
 	for _, n := range c.Nodes {
-		if n == p || n.Proc.Pid() == 0 {
+		if n == p || !n.Running() {
 			continue
 		}
 		if me, err := n.self(ctx); err == nil && me.Of == p.ID {
@@ -290,7 +258,7 @@ func (c *RedisCluster) WaitHealthy(timeout time.Duration, want int) error {
 func (c *RedisCluster) healthy(ctx context.Context, want int) error {
 	running := 0
 	for _, n := range c.Nodes {
-		if n.Proc.Pid() == 0 {
+		if !n.Running() {
 			continue
 		}
 		running++
@@ -341,7 +309,7 @@ func (c *RedisCluster) WaitPrimary(ctx context.Context, n *RedisNode) error {
 				return fmt.Errorf("%s is still a replica (role %s)", n.Name, role)
 			}
 			for _, x := range c.Nodes {
-				if x.Proc.Pid() == 0 {
+				if !x.Running() {
 					continue
 				}
 				ci, err := x.do(ctx, "CLUSTER", "INFO").Text()

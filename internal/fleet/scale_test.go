@@ -107,7 +107,7 @@ func measureScale(t *testing.T, single, slow bool, claims int) []scaleRow {
 		t.Fatal(err)
 	}
 	f.WaitWorkflows(60*time.Second, "claim")
-	w.Stop()
+	_ = w.Stop(10 * time.Second)
 
 	completed := make(chan string, claims*4)
 	sub, err := f.NC.Subscribe(queue.EventSubject("claim", string(checkpoint.StatusCompleted)), func(m *nats.Msg) {
@@ -154,7 +154,7 @@ func measureScale(t *testing.T, single, slow bool, claims int) []scaleRow {
 		wall := time.Since(launched)
 		cpu := readCPU().busySince(cpu0)
 		for _, w := range workers {
-			w.Stop()
+			_ = w.Stop(10 * time.Second)
 		}
 		row := scaleRow{topology: topology, workers: n, concurrency: m.conc, claims: claims, wall: wall, cpu: cpu}
 		first, last := time.Time{}, time.Time{}

@@ -223,7 +223,7 @@ type fleet struct {
 	t        *testing.T
 	dir      string
 	natsURL  string
-	natsLog  string
+	natsLogs func() []string
 	pass     map[string]string
 	redisURL string
 	payURL   string
@@ -273,48 +273,18 @@ func startFleet(t *testing.T) *fleet {
 	return f
 }
 
-// startNATS runs the module's nats-server with the shipped configuration,
-// rendered with free loopback ports, a temp store and a password per user.
+// startNATS runs the module's nats-server with the shipped configuration
+// on free loopback ports, its store in a temp dir, with a password per
+// user.
 func (f *fleet) startNATS() {
-	t := f.t
-	text, err := os.ReadFile(deployConf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, mport := freePort(t), freePort(t)
-	conf := string(text)
-	for re, repl := range map[string]string{
-		`(?m)^port:.*$`:           fmt.Sprintf("port: %d", port),
-		`(?m)^http_port:.*$`:      fmt.Sprintf("http_port: %d", mport),
-		`(?m)^(\s*)store_dir:.*$`: fmt.Sprintf("${1}store_dir: %q", filepath.Join(f.dir, "js")),
-	} {
-		rx := regexp.MustCompile(re)
-		if !rx.MatchString(conf) {
-			t.Fatalf("%s: no line matches %s", deployConf, re)
-		}
-		conf = rx.ReplaceAllString(conf, repl)
-	}
-	path := filepath.Join(f.dir, "nats-server.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := os.Environ()
+	var env []string
 	for _, user := range []string{"worker", "scheduler", "approver", "cli", "erp"} {
-		f.pass[user] = randomHex(t)
+		f.pass[user] = randomHex(f.t)
 		env = append(env, "DURABLE_NATS_"+strings.ToUpper(user)+"_PASSWORD="+f.pass[user])
 	}
-	f.natsURL = fmt.Sprintf("nats://127.0.0.1:%d", port)
-	f.natsLog = filepath.Join(f.dir, "nats.log")
-	cmd := exec.Command(testenv.NATSServerBin(t), "-c", path, "-a", "127.0.0.1")
-	cmd.Env = env
-	f.startProc(cmd, f.natsLog)
-	testenv.Eventually(t, 15*time.Second, "nats-server listening", func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	n := testenv.StartNATSServer(f.t, testenv.NATSConfigFile(deployConf), testenv.NATSEnv(env...))
+	f.natsURL = n.URL
+	f.natsLogs = n.Logs
 }
 
 // startPayments serves the demo payments API; while payDown is set it
@@ -626,23 +596,13 @@ func (f *fleet) unchanged(before map[string]string, when string) {
 }
 
 func (f *fleet) dumpLogs() {
-	for _, p := range append([]string{f.natsLog}, f.workers...) {
+	for _, p := range append(f.natsLogs(), f.workers...) {
 		b, _ := os.ReadFile(p)
 		if len(b) > 4000 {
 			b = b[len(b)-4000:]
 		}
 		f.t.Logf("--- %s (tail)\n%s", filepath.Base(p), b)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func randomHex(t *testing.T) string {

@@ -2,8 +2,8 @@ package kvstore_test
 
 import (
 	"testing"
-	"time"
 
+	"github.com/durable-run/durable/internal/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/nats-io/nats-server/v2/server"
@@ -17,19 +17,10 @@ func TestCommitThroughDomain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs an embedded nats-server")
 	}
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, JetStreamDomain: "hub",
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
+	n := testenv.StartNATSServer(t, testenv.NATSEmbedded(), testenv.NATSServerOptions(func(o *server.Options) {
+		o.JetStreamDomain = "hub"
+	}))
+	nc, err := nats.Connect(n.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,6 @@
 package kvstore_test
 
 import (
-	"fmt"
-	"net"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +9,6 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -24,42 +20,8 @@ func startCluster(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	if testing.Short() {
 		t.Skip("integration test: needs an embedded nats-server cluster")
 	}
-	const size = 3
-	ports := make([]int, size)
-	var routes []*url.URL
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
-	}
-	var first *server.Server
-	for i := range size {
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprint("n", i), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "kvstore-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(func() {
-			s.Shutdown()
-			s.WaitForShutdown()
-		})
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats-server not ready")
-		}
-		if first == nil {
-			first = s
-		}
-	}
-	nc, err := nats.Connect(first.ClientURL())
+	c := testenv.StartNATSCluster(t, 3, testenv.NATSEmbedded())
+	nc, err := nats.Connect(c.Nodes[0].URL)
 	if err != nil {
 		t.Fatal(err)
 	}
