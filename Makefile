@@ -17,19 +17,19 @@ CHAOS_TIMEOUT ?= 30m
 test: deps lint
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
-# The fleet test (internal/fleet, docs/fleet.md): a 3-node NATS cluster
+# The fleet test (internal/test/fleet, docs/fleet.md): a 3-node NATS cluster
 # (streams at R3), Redis Cluster 3 primaries + 3 replicas, 4 workers and 2
 # schedulers on loopback; kills the step stream's leader, fails over a
 # Redis primary, kills a worker; checks every run completed and one
 # payment per claim and refund. About 1.5 minutes.
 fleet: deps
-	DURABLE_FLEET=1 $(GO) test -race -count=1 -timeout 20m -run 'TestFleet$$' -v ./internal/fleet
+	DURABLE_FLEET=1 $(GO) test -race -count=1 -timeout 20m -run 'TestFleet$$' -v ./internal/test/fleet
 
 # Throughput with 1, 2 and 4 worker processes, on the cluster and on single
 # servers (docs/fleet.md). DURABLE_FLEET_SCALE_SLOW=1 makes the payments
 # API answer 50-250 ms after paying.
 fleet-scale: deps
-	DURABLE_FLEET_SCALE=1 $(GO) test -count=1 -timeout 30m -run 'TestFleetScale$$' -v ./internal/fleet
+	DURABLE_FLEET_SCALE=1 $(GO) test -count=1 -timeout 30m -run 'TestFleetScale$$' -v ./internal/test/fleet
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
@@ -79,11 +79,11 @@ demo:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-# The chaos suite in its full form (internal/chaos): 300 claims, 100 agent
+# The chaos suite in its full form (internal/test/chaos): 300 claims, 100 agent
 # runs, worker kills, NATS and Redis restarts, SIGSTOP zombies. `make test`
 # runs its short form.
 chaos: deps
-	DURABLE_CHAOS=full $(GO) test -count=1 -v -run TestChaos -timeout $(CHAOS_TIMEOUT) ./internal/chaos/
+	DURABLE_CHAOS=full $(GO) test -count=1 -v -run TestChaos -timeout $(CHAOS_TIMEOUT) ./internal/test/chaos/
 
 # Linters, pinned and run with `go run`: nothing to install. govulncheck reads
 # a local copy of the Go vulnerability database (vuln.go.dev is unreachable
@@ -119,9 +119,9 @@ FUZZ_TARGETS  = \
 	./internal/approver:FuzzReadDecision \
 	./pkg/client:FuzzNormalizeInput \
 	./internal/tokens:FuzzLoad \
-	./internal/payments:FuzzParsePayRequest \
+	./internal/demo/payments:FuzzParsePayRequest \
 	./internal/faults:FuzzParse \
-	./internal/claims:FuzzReadAmount
+	./internal/demo/claims:FuzzReadAmount
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

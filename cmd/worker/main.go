@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/durable-run/durable/internal/examples/reference"
+	"github.com/durable-run/durable/internal/demo/examples/reference"
 	"github.com/durable-run/durable/pkg/workercmd"
 )
 

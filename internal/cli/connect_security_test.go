@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 // connects runs `durable runs list` with args: the shortest command that

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/durable-run/durable/internal/devenv"
-	"github.com/durable-run/durable/internal/payments"
+	"github.com/durable-run/durable/internal/demo/devenv"
+	"github.com/durable-run/durable/internal/demo/payments"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/service"

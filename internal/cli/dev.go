@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/durable-run/durable/internal/approver"
-	"github.com/durable-run/durable/internal/devenv"
+	"github.com/durable-run/durable/internal/demo/devenv"
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"

@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 func freePort(t *testing.T) int {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 // buildExpense builds examples/expense, a module of its own on durable's

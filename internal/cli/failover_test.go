@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/durable-run/durable/internal/fleet"
+	"github.com/durable-run/durable/internal/test/fleet"
 	"github.com/durable-run/durable/pkg/service"
 )
 

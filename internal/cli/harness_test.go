@@ -17,9 +17,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/devenv"
-	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/demo/devenv"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"

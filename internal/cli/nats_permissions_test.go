@@ -19,8 +19,8 @@ import (
 
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 // The worker's /readyz follows its NATS connection: ready once connected,

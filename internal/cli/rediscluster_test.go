@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/devenv"
-	"github.com/durable-run/durable/internal/fleet"
-	"github.com/durable-run/durable/internal/payments"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/demo/devenv"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/fleet"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 // The store on a Redis Cluster named by a redis+cluster:// URL: a worker

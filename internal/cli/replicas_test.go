@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/fleet"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/fleet"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/queue"
 )
 
@@ -95,7 +95,7 @@ func TestReplicasOnNATSCluster(t *testing.T) {
 	}
 	// A command run before the worker's new bucket has elected its leader
 	// waits out the store's timeout (TestKVStoreReadsWithoutLeaderGiveUp
-	// in internal/fleet); the bucket gets its leader first.
+	// in internal/test/fleet); the bucket gets its leader first.
 	testenv.Eventually(t, 30*time.Second, "the KV bucket created by the worker, with a leader", func() bool {
 		sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
 		defer scancel()

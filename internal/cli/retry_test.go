@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/cli"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 )
 

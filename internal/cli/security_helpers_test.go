@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 )
 
 // confServer is a nats-server process started from a config file.

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/durable-run/durable/internal/approver"
-	"github.com/durable-run/durable/internal/examples/reference"
+	"github.com/durable-run/durable/internal/demo/examples/reference"
 	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/testfleet"
+	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"

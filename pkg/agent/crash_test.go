@@ -26,7 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/durable-run/durable/internal/faults"
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/checkpoint"

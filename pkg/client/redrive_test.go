@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/testfleet"
+	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"

@@ -185,7 +185,7 @@ func TestLoadScript(t *testing.T) {
 // The recorded refund-agent session parses and plays its happy path: a
 // lookup, a refund, and the answer that quotes the payment.
 func TestRefundAgentTranscriptLoads(t *testing.T) {
-	data, err := os.ReadFile("../../internal/examples/refundagent/testdata/transcript.json")
+	data, err := os.ReadFile("../../internal/demo/examples/refundagent/testdata/transcript.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-run/durable/internal/testenv"
-	"github.com/durable-run/durable/internal/testfleet"
+	"github.com/durable-run/durable/internal/test/testenv"
+	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/blob/blobtest"
 	"github.com/durable-run/durable/pkg/blob/objstore"

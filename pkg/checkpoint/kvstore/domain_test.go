@@ -3,7 +3,7 @@ package kvstore_test
 import (
 	"testing"
 
-	"github.com/durable-run/durable/internal/testenv"
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/nats-io/nats-server/v2/server"

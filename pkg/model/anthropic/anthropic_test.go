@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/providertest"
 	"github.com/durable-run/durable/pkg/model"
 	"github.com/durable-run/durable/pkg/model/anthropic"
-	"github.com/durable-run/durable/pkg/model/internal/providertest"
 	"github.com/durable-run/durable/pkg/steps"
 )
 

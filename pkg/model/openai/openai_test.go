@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/providertest"
 	"github.com/durable-run/durable/pkg/model"
-	"github.com/durable-run/durable/pkg/model/internal/providertest"
 	"github.com/durable-run/durable/pkg/model/openai"
 	"github.com/durable-run/durable/pkg/steps"
 )
