@@ -66,8 +66,11 @@ deps:
 	fi
 	@promtool --version 2>&1 | head -1
 
+# examples/ are modules of their own (./... does not reach them): vet
+# and build each as its users would.
 vet:
 	$(GO) vet ./...
+	cd examples/expense && $(GO) vet ./... && $(GO) build -o /dev/null .
 
 # Quick loop while developing: no race detector, skips the process-level tests.
 unit:

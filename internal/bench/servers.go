@@ -11,14 +11,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/durable-run/durable/internal/test/testenv/proc"
+	"github.com/durable-run/durable/internal/proc"
 )
 
 // Servers are the servers a bench runs on, all on 127.0.0.1: an embedded
 // nats-server with JetStream file storage (default sync interval) and,
 // when asked for, a redis-server process with appendonly yes and
 // appendfsync everysec. Close stops them. They are started by
-// internal/test/testenv/proc, as the tests' servers are.
+// internal/proc, as the tests' servers are.
 type Servers struct {
 	NATS    *server.Server
 	NATSURL string

@@ -17,9 +17,8 @@ import (
 
 // Exit codes.
 const (
-	exitOK      = 0
-	exitFailed  = 1
-	exitUsage   = 2
+	exitOK      = service.ExitOK
+	exitUsage   = service.ExitUsage
 	exitMissing = 3 // the run (or another named thing) does not exist
 )
 

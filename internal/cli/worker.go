@@ -3,11 +3,9 @@ package cli
 import (
 	"context"
 	"io"
-	"os"
 
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/demo/examples/reference"
-	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/steps"
@@ -21,9 +19,9 @@ func ReferenceWorkflows() *steps.Registry { return reference.Workflows() }
 // RunWorker is `durable worker` with the workflows of workflows and the
 // crash injection of DURABLE_CRASH: cmd/worker's workercmd.Run.
 func RunWorker(ctx context.Context, args []string, stderr io.Writer, workflows func() *steps.Registry) error {
-	hooks, err := faults.Hooks(os.Getenv("DURABLE_CRASH"))
+	hooks, err := reference.Hooks()
 	if err != nil {
-		return service.Usagef("worker: DURABLE_CRASH: %v", err)
+		return service.Usagef("worker: %v", err)
 	}
 	return workercmd.Run(ctx, args, stderr, workercmd.Config{Registry: workflows(), Hooks: hooks})
 }

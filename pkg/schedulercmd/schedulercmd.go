@@ -4,7 +4,10 @@
 // --blob-retention, the fleet gauges, /metrics, /healthz and /readyz on
 // --metrics, JSON logs at DURABLE_LOG_LEVEL). The scheduler sweeps expired
 // waits, timers, stuck runs and dead letters; several may run at once.
-// A team that wants one inside its own binary runs Run next to its worker.
+// A team that wants one inside its worker binary runs Run next to
+// workercmd.Run in their own goroutines; both report to metrics.Default(),
+// so give --metrics to one of them (its /readyz then follows that one's
+// connections).
 //
 //	func main() { schedulercmd.Main() }
 package schedulercmd

@@ -74,6 +74,10 @@ func (t tlsFiles) any() bool { return t.ca != "" || t.cert != "" || t.key != "" 
 
 const defaultBucket = "durable"
 
+// Register adds the connection flags to fs: --nats, --redis, --kv-bucket,
+// --replicas and the credentials and TLS flags, each falling back to its
+// DURABLE_* variable when not given (Settle, which Open calls, reads
+// them). fs keeps pointers into c: do not copy c after Register.
 func (c *Conn) Register(fs *flag.FlagSet) {
 	c.flag(fs, &c.NATSURL, "nats", "DURABLE_NATS_URL", nats.DefaultURL,
 		"NATS server `URL`, or several comma-separated; nats://user:password@host:port is accepted, tls:// asks for TLS")
@@ -98,7 +102,7 @@ func (c *Conn) Register(fs *flag.FlagSet) {
 }
 
 // flag registers a string flag that falls back to env when not given. def
-// is only shown: settle applies the defaults.
+// is only shown: Settle applies the defaults.
 func (c *Conn) flag(fs *flag.FlagSet, dst *string, name, env, def, help string) {
 	f := &envFlag{dst: dst, env: env}
 	c.fromEnv = append(c.fromEnv, f)
@@ -125,7 +129,7 @@ func (f *envFlag) Set(v string) error {
 	return nil
 }
 
-// settle fills what the command line left out from env and defaults, then
+// Settle fills what the command line left out from env and defaults, then
 // checks that the settings fit together. Errors are usage errors.
 func (c *Conn) Settle() (err error) {
 	for _, f := range c.fromEnv {

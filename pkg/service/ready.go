@@ -13,12 +13,12 @@ import (
 // notConnected is the readiness of a command before its first session.
 func notConnected(context.Context) error { return errors.New("not connected yet") }
 
-// waitReady makes /readyz fail until a session is open (see ready).
+// WaitReady makes /readyz fail until a session is open (see Session.Ready).
 func WaitReady(m *metrics.Metrics) {
 	m.Ready(map[string]func(context.Context) error{"nats": notConnected})
 }
 
-// ready makes /readyz follow the session's connections: NATS connected
+// Ready makes /readyz follow the session's connections: NATS connected
 // (a reconnecting client is not ready), Redis answering PING when the
 // store is Redis. A session closed for a retry fails both until the next
 // one replaces them.

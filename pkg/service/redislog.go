@@ -17,5 +17,5 @@ func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
 	l.log.Warn().Str("source", "go-redis").Msg(strings.TrimSpace(fmt.Sprintf(format, v...)))
 }
 
-// useRedisLogger routes go-redis's logging (a process-wide setting) to log.
+// UseRedisLogger routes go-redis's logging (a process-wide setting) to log.
 func UseRedisLogger(log zerolog.Logger) { redis.SetLogger(redisLogger{log: log}) }

@@ -54,7 +54,7 @@ func replicasHint(err error, replicas int) string {
 	return ""
 }
 
-// replicasError makes err a usage error when the server can never take
+// ReplicasError makes err a usage error when the server can never take
 // the replica count asked for (it is not clustered), so that a service
 // stops instead of retrying forever; other errors are returned as they
 // are, with replicasHint's explanation when it has one.
@@ -72,7 +72,7 @@ func (c *Conn) ReplicasError(err error) error {
 	return err
 }
 
-// openBlobs opens the blob store (Object Store bucket DURABLE_BLOBS),
+// OpenBlobs opens the blob store (Object Store bucket DURABLE_BLOBS),
 // creating it with --replicas when it is missing.
 func (c *Conn) OpenBlobs(ctx context.Context, s *Session) (*objstore.Store, error) {
 	blobs, err := objstore.New(ctx, s.JetStream, objstore.Options{Replicas: c.Replicas})
@@ -82,7 +82,7 @@ func (c *Conn) OpenBlobs(ctx context.Context, s *Session) (*objstore.Store, erro
 	return blobs, nil
 }
 
-// warnFewReplicas logs the streams and buckets that exist with fewer
+// WarnFewReplicas logs the streams and buckets that exist with fewer
 // replicas than --replicas asks for: they are never changed by a process
 // starting (an operator may have tuned them), so the operator must raise
 // them (nats stream edit NAME --replicas N).

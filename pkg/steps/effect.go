@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Replayer is implemented by results that know whether the provider
@@ -28,7 +29,9 @@ var ErrSecondEffect = errors.New("a step has one Effect")
 // provider did (Replayer).
 //
 // A step has at most one Effect; a second name is ErrSecondEffect, a bug
-// the step is not retried for.
+// the step is not retried for. Keep its name the same on every attempt:
+// an attempt that took another branch and named its effect otherwise
+// would present the same key for another request.
 func Effect[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context, key string) (T, error)) (T, error) {
 	var zero T
 	if err := s.claimEffect(name); err != nil {
@@ -39,12 +42,24 @@ func Effect[T any](ctx context.Context, s *Context, name string, args any, fn fu
 	if err != nil {
 		return zero, err
 	}
-	replayed := s.Replayed(name)
-	if r, ok := any(v).(Replayer); ok && r.ProviderReplayed() {
-		replayed = true
-	}
+	replayed := s.Replayed(name) || providerReplayed(&v)
 	s.RecordEffect(key, replayed)
 	return v, nil
+}
+
+// providerReplayed asks v whether the provider replayed, whether T or *T
+// implements Replayer; a nil pointer says no.
+func providerReplayed[T any](v *T) bool {
+	if r, ok := any(*v).(Replayer); ok {
+		if rv := reflect.ValueOf(r); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return false
+		}
+		return r.ProviderReplayed()
+	}
+	if r, ok := any(v).(Replayer); ok {
+		return r.ProviderReplayed()
+	}
+	return false
 }
 
 func (s *Context) claimEffect(name string) error {

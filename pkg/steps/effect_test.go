@@ -87,3 +87,30 @@ func TestSecondEffectIsRefused(t *testing.T) {
 		t.Fatalf("second effect: err %v, want a permanent ErrSecondEffect", err)
 	}
 }
+
+type pointerReceipt struct {
+	Replayed bool `json:"replayed"`
+}
+
+func (r *pointerReceipt) ProviderReplayed() bool { return r.Replayed }
+
+// The replay flag is read whether the result or a pointer to it implements
+// Replayer, and a nil result says nothing was replayed instead of panicking.
+func TestEffectReplayerForms(t *testing.T) {
+	s := attempt(1, newJournal())
+	if _, err := steps.Effect(ctx, s, "pay", nil, func(context.Context, string) (pointerReceipt, error) {
+		return pointerReceipt{Replayed: true}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Effects(); len(e) != 1 || !e[0].Replayed {
+		t.Fatalf("a value result with a pointer-receiver ProviderReplayed: effects %+v, want replayed", e)
+	}
+	s = attempt(1, newJournal())
+	if _, err := steps.Effect(ctx, s, "pay", nil, func(context.Context, string) (*receipt, error) { return nil, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Effects(); len(e) != 1 || e[0].Replayed {
+		t.Fatalf("a nil pointer result: effects %+v, want one, not replayed", e)
+	}
+}

@@ -38,9 +38,12 @@ type Delivery struct {
 	Attempt int
 }
 
-// Hook is called at every Boundary of every delivery, on the goroutine
-// that handles it: the delivery waits while the hook runs. Hooks must be
-// safe for concurrent use. The reference binaries install crash injection
+// Hook is called at every Boundary of every delivery and the delivery
+// waits while it runs. AfterCall and AfterRecord come once per journaled
+// call, on the goroutine that made the call, with the context of the
+// journal's write (a hook slower than its 10s deadline fails the write);
+// the others come once per delivery, on the goroutine that handles it.
+// Hooks must be safe for concurrent use. The reference binaries install crash injection
 // (DURABLE_CRASH) as a hook; a worker without hooks calls nothing.
 type Hook interface {
 	At(ctx context.Context, b Boundary, d Delivery)

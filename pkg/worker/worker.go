@@ -51,7 +51,7 @@ type Config struct {
 	// Logger for structured logs. Default: zerolog's global logger
 	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
-	// Hooks run at the boundaries of the step protocol (hooks.go), in
+	// Hooks run at the boundaries of the step protocol (see Hook), in
 	// order. Optional.
 	Hooks []Hook
 	// Metrics receives step events. Optional.

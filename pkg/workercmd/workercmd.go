@@ -40,6 +40,9 @@ type Config struct {
 	Hooks []worker.Hook
 	// Name of the command in usage, errors and logs. Default "worker".
 	Name string
+	// Flags adds the binary's own flags to those of `durable worker`; they
+	// are parsed with them, before Registry is used. Optional.
+	Flags func(fs *flag.FlagSet)
 	// Metrics receives the worker's metrics and serves them on --metrics.
 	// Default metrics.Default(), the process's registry, which a workflow
 	// may also report to (metrics.Default().Transport for its HTTP calls).
@@ -48,7 +51,7 @@ type Config struct {
 
 // Main runs the worker with the process's arguments until SIGINT or
 // SIGTERM (which drains the steps in flight), then exits: 0 after a
-// drain, 2 for bad flags, 1 for any other error.
+// drain, 2 for bad flags or -h, 1 for any other error.
 func Main(cfg Config) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := Run(ctx, os.Args[1:], os.Stderr, cfg)
@@ -80,6 +83,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 	maxAckPending := fs.Int("max-ack-pending", 0, "steps of a workflow in flight across the fleet, set on the workflow's consumer when this worker creates it (default: the server's, 1000); an existing consumer keeps its own")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long in-flight steps may finish (default: the ack wait)")
 	metricsAddr := fs.String("metrics", "", service.MetricsUsage)
+	if cfg.Flags != nil {
+		cfg.Flags(fs)
+	}
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err

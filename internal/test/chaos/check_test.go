@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/proc"
 	"github.com/durable-run/durable/internal/test/testenv/fleetcheck"
-	"github.com/durable-run/durable/internal/test/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 

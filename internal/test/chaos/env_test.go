@@ -22,8 +22,8 @@ import (
 
 	"github.com/durable-run/durable/internal/demo/claims"
 	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/proc"
 	"github.com/durable-run/durable/internal/test/testenv"
-	"github.com/durable-run/durable/internal/test/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/proc"
 	"github.com/durable-run/durable/internal/test/testenv/fleetcheck"
-	"github.com/durable-run/durable/internal/test/testenv/proc"
 )
 
 func freeAddr(t testing.TB) string {

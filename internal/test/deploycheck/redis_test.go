@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/durable-run/durable/internal/proc"
 	"github.com/durable-run/durable/internal/test/testenv"
-	"github.com/durable-run/durable/internal/test/testenv/proc"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"

@@ -9,8 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/durable-run/durable/internal/proc"
 	"github.com/durable-run/durable/internal/test/testenv/fleetcheck"
-	"github.com/durable-run/durable/internal/test/testenv/proc"
 	"github.com/durable-run/durable/pkg/client"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/durable-run/durable/internal/test/testenv/proc"
+	"github.com/durable-run/durable/internal/proc"
 )
 
 // NATSServerBin builds the nats-server binary from the module (the same

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/test/testenv/proc"
+	"github.com/durable-run/durable/internal/proc"
 )
 
 // RedisServer is a redis-server a test started: a process it can kill,

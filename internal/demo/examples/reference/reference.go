@@ -15,17 +15,27 @@ import (
 	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/worker"
 	"github.com/durable-run/durable/pkg/workercmd"
 )
 
 // Worker is the reference worker's configuration: its workflows, and
 // crash injection from DURABLE_CRASH for the demo and the tests.
 func Worker() (workercmd.Config, error) {
-	hooks, err := faults.Hooks(os.Getenv("DURABLE_CRASH"))
+	hooks, err := Hooks()
 	if err != nil {
-		return workercmd.Config{}, fmt.Errorf("DURABLE_CRASH: %w", err)
+		return workercmd.Config{}, err
 	}
 	return workercmd.Config{Registry: Workflows(), Hooks: hooks}, nil
+}
+
+// Hooks are the crash faults DURABLE_CRASH plans (internal/faults).
+func Hooks() ([]worker.Hook, error) {
+	hooks, err := faults.Hooks(os.Getenv("DURABLE_CRASH"))
+	if err != nil {
+		return nil, fmt.Errorf("DURABLE_CRASH: %w", err)
+	}
+	return hooks, nil
 }
 
 // Workflows registers the example workflows. The claim workflow pays

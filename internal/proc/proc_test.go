@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-run/durable/internal/test/testenv/proc"
+	"github.com/durable-run/durable/internal/proc"
 )
 
 // sh is a Proc running script with /bin/sh, its logs in a temp dir,
