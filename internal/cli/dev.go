@@ -19,6 +19,7 @@ import (
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/scheduler"
+	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -190,7 +191,7 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.m.RegisterScheduler(sch.Stats)
+	schedulercmd.RegisterMetrics(p.m, sch.Stats)
 	fleet, err := p.m.NewFleet(metrics.FleetConfig{Store: s.Store, JetStream: s.JetStream, Logger: &slog})
 	if err != nil {
 		return err

@@ -27,6 +27,7 @@ import (
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/scheduler"
+	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -204,7 +205,7 @@ func TestScenarioMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sm.RegisterScheduler(sch.Stats)
+	schedulercmd.RegisterMetrics(sm, sch.Stats)
 	sctx, stopSch := context.WithCancel(ctx)
 	schDone := make(chan error, 1)
 	go func() { schDone <- sch.Run(sctx) }()

@@ -67,7 +67,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if o.metricsAddr != "" {
 		// After a reconnect the counters restart from the new
 		// scheduler's (Prometheus reads that as a counter reset).
-		m.RegisterScheduler(r.stats)
+		RegisterMetrics(m, r.stats)
 	}
 	return service.KeepTrying(ctx, log, "scheduler start", func() error { return r.run(ctx) })
 }

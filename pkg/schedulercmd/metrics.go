@@ -1,16 +1,19 @@
-package metrics
+package schedulercmd
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/scheduler"
 )
 
-// RegisterScheduler exports the counters of the scheduler stats returns
+// RegisterMetrics exports on m the counters of the scheduler stats returns
 // (read on scrape): expired waits by the action taken, repairs and errors.
 // Register once per process; stats may follow a scheduler that is
-// replaced after a reconnect.
-func (m *Metrics) RegisterScheduler(stats func() scheduler.Stats) {
+// replaced after a reconnect. It lives here, not in pkg/metrics, so that a
+// worker binary does not link the scheduler.
+func RegisterMetrics(m *metrics.Metrics, stats func() scheduler.Stats) {
+	reg := m.Registry()
 	stat := func(f func(scheduler.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(stats())) }
 	}
@@ -20,7 +23,7 @@ func (m *Metrics) RegisterScheduler(stats func() scheduler.Stats) {
 		"reminded":  func(st scheduler.Stats) int64 { return st.Reminded },
 		"woke":      func(st scheduler.Stats) int64 { return st.Woke },
 	} {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "durable_scheduler_expired_waits_total",
 			Help:        "Waits past their deadline the scheduler handled, by action: rejected (policy reject, or escalation and reminders used up), escalated, reminded, woke (a durable timer).",
 			ConstLabels: prometheus.Labels{"action": action},
@@ -30,13 +33,13 @@ func (m *Metrics) RegisterScheduler(stats func() scheduler.Stats) {
 		"stuck":   func(st scheduler.Stats) int64 { return st.Repaired },
 		"reindex": func(st scheduler.Stats) int64 { return st.Reindexed },
 	} {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "durable_scheduler_repairs_total",
 			Help:        "Repairs by the scheduler: stuck (a running run without progress got its step published again), reindex (a waiting run missing from the deadline index).",
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, stat(f)))
 	}
-	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "durable_scheduler_errors_total",
 		Help: "Store or publish errors of the scheduler's sweeps and repairs (retried on the next pass).",
 	}, stat(func(st scheduler.Stats) int64 { return st.Errors })))
