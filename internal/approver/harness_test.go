@@ -1,7 +1,6 @@
 package approver_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -50,7 +48,7 @@ type harness struct {
 	client *client.Client
 	srv    *approver.Server
 	http   *httptest.Server
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	tokens map[string]string // identity -> token
 	set    *tokens.Set
 }
@@ -61,7 +59,7 @@ func newHarness(t testing.TB, kind string, mod func(*approver.Config)) *harness 
 	t.Helper()
 	n := testenv.StartNATS(t)
 	nc, js := n.Connect(t)
-	h := &harness{t: t, nc: nc, js: js, logs: &syncBuffer{}, tokens: map[string]string{}}
+	h := &harness{t: t, nc: nc, js: js, logs: &testenv.Buffer{}, tokens: map[string]string{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	switch kind {
@@ -323,23 +321,6 @@ func (h *harness) publishEvent(system, secret string, body []byte) approver.Even
 		h.t.Fatalf("event reply %s: %v", reply.Data, err)
 	}
 	return r
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func mustTokens(t testing.TB, h *harness) *tokens.Set {

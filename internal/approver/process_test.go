@@ -93,7 +93,7 @@ func TestApproverProcess(t *testing.T) {
 	t.Cleanup(func() { wstop(); <-wdone })
 
 	port := freePort(t)
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	proc := exec.Command(approverBin, "--http", fmt.Sprintf("127.0.0.1:%d", port), "--tokens", tokenFile, "--event-secrets", secrets, "--four-eyes")
 	proc.Env = append(os.Environ(), "DURABLE_NATS_URL="+n.URL, "DURABLE_REDIS_URL="+r.URL)
 	proc.Stdout, proc.Stderr = logs, logs

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -31,28 +29,10 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // devProcess is `durable dev` running as a child process.
 type devProcess struct {
 	cmd    *exec.Cmd
-	out    *lockedBuffer
+	out    *testenv.Buffer
 	done   chan struct{}
 	waitEr error
 }
@@ -61,7 +41,7 @@ type devProcess struct {
 // connections. It is killed at cleanup if still running.
 func startDev(t *testing.T, bin string, args ...string) *devProcess {
 	t.Helper()
-	p := &devProcess{out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &devProcess{out: &testenv.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, append([]string{"dev"}, args...)...)
 	// Nothing from the outer environment: the dev process must find its
 	// payments API and store by itself.

@@ -83,7 +83,7 @@ func TestExpenseExample(t *testing.T) {
 		return out
 	}
 
-	workerLog := &lockedBuffer{}
+	workerLog := &testenv.Buffer{}
 	startWorker := func() *exec.Cmd {
 		cmd := exec.Command(expense, "--nats", natsURL, "--ack-wait", "2s")
 		cmd.Env = append(os.Environ(), "DURABLE_PAYMENTS_URL="+pay.BaseURL)

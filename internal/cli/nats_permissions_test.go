@@ -245,7 +245,7 @@ func TestNATSPermissions(t *testing.T) {
 	t.Setenv("DURABLE_PAYMENTS_URL", paySrv.URL)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := map[string]*syncBuffer{"worker": {}, "scheduler": {}, "approver": {}}
+	logs := map[string]*testenv.Buffer{"worker": {}, "scheduler": {}, "approver": {}}
 	done := map[string]chan error{}
 	run := func(name string, fn func() error) {
 		ch := make(chan error, 1)
@@ -499,7 +499,7 @@ func TestNATSConfigNeedsPasswords(t *testing.T) {
 }
 
 // approverAddr is the HTTP address the approver logged it serves on.
-func approverAddr(t *testing.T, log *syncBuffer) string {
+func approverAddr(t *testing.T, log *testenv.Buffer) string {
 	t.Helper()
 	for _, line := range strings.Split(log.String(), "\n") {
 		var l struct{ HTTP, Message string }

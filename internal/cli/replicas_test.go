@@ -76,7 +76,7 @@ func TestReplicasOnNATSCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	var werr lockedBuffer
+	var werr testenv.Buffer
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -139,7 +139,7 @@ func TestReplicasOnNATSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	sctx, scancel := context.WithCancel(ctx)
-	var serr lockedBuffer
+	var serr testenv.Buffer
 	sdone := make(chan error, 1)
 	t.Setenv("DURABLE_REPLICAS", "3")
 	go func() { sdone <- cli.RunScheduler(sctx, []string{"--nats", url}, &serr) }()

@@ -87,7 +87,7 @@ func TestWorkerCommandStopsPromptly(t *testing.T) {
 		_, js := n.Connect(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		var log lockedBuffer
+		var log testenv.Buffer
 		go func() {
 			done <- cli.RunWorker(ctx, []string{"--nats", n.URL, "--ack-wait", "2s"}, &log, cli.ReferenceWorkflows)
 		}()
