@@ -11,6 +11,7 @@ import (
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -50,7 +51,17 @@ func TestRedriveAfterExhaustedRetries(t *testing.T) {
 			if !strings.Contains(dead.Error, "failed 2 times") || !strings.Contains(dead.Error, "ledger unavailable") {
 				t.Fatalf("dead reason %q", dead.Error)
 			}
-			dls, err := f.Client.DeadLetters(ctx)
+			// The run is marked dead before its dead letter is published
+			// (a crash between the two republishes it on redelivery), so
+			// the letter shows up shortly after the status does.
+			var dls []queue.DeadLetter
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				dls, err = f.Client.DeadLetters(ctx)
+				if (err == nil && len(dls) > 0) || time.Now().After(deadline) {
+					break
+				}
+			}
 			if err != nil || len(dls) != 1 || dls[0].RunID != "frag-1" || dls[0].Reason != dead.Error {
 				t.Fatalf("dead letters %+v (%v)", dls, err)
 			}
