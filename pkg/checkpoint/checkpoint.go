@@ -206,6 +206,12 @@ type Checkpoint struct {
 	// (an attempt that ran before the run parked at n and was decided, and
 	// whose commit lost) is not step n's result: the step runs again.
 	Gen int `json:"gen,omitempty"`
+	// Branch is i for the checkpoint of branch i of a fan-out (Step is then
+	// the fan-out's join step), 0 for a step of the run's linear history.
+	Branch int `json:"branch,omitempty"`
+	// FanOut is set on the checkpoint of a step that fanned out: the
+	// branches to run before the join, step Step+1, named by Next.
+	FanOut *FanOut `json:"fan_out,omitempty"`
 	// Attempt is the delivery that committed the step (1 = first).
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
@@ -263,6 +269,12 @@ func (cp Checkpoint) Size() int {
 			}
 		}
 	}
+	if cp.Branch != 0 {
+		n += len(`,"branch":`) + 20
+	}
+	if cp.FanOut != nil {
+		n += cp.FanOut.size()
+	}
 	if len(cp.Effects) > 0 {
 		n += len(`,"effects":[]`)
 		for _, e := range cp.Effects {
@@ -271,6 +283,34 @@ func (cp Checkpoint) Size() int {
 	}
 	return n
 }
+
+// FanOut is what a step that fans out commits: the branches, each a step
+// of the workflow run on its own input, in parallel. Branch i (from 1)
+// has the idempotency key "<run>:step<n+1>.<i>", where n is the fan-out's
+// step; the join is step n+1 and runs once every branch is committed.
+type FanOut struct {
+	Branches []Branch `json:"branches"`
+}
+
+// Branch is one branch of a fan-out: the step that runs it and its input.
+type Branch struct {
+	Step  string          `json:"step"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// size is the length of f's JSON document and its field name in a
+// checkpoint (see Checkpoint.Size).
+func (f *FanOut) size() int {
+	n := len(`,"fan_out":{"branches":[]}`)
+	for _, b := range f.Branches {
+		n += len(`{"step":"","input":},`) + len(b.Step) + len(b.Input)
+	}
+	return n
+}
+
+// MaxBranches bounds the branches of one fan-out: each is a step message,
+// a checkpoint and a key of its own, and the join reads them all.
+const MaxBranches = 1000
 
 // CallRecord journals one model or tool call made inside a step.
 type CallRecord struct {
@@ -395,6 +435,30 @@ type Store interface {
 	// Concurrent calls each count once. The record is stored as f.Trimmed();
 	// ErrNotFound when the run does not exist.
 	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
+	// LoadBranch reads what a worker needs to run branch i of the fan-out
+	// whose join is step n: the run, the branch's checkpoint (Current, nil
+	// while uncommitted), the fan-out's checkpoint n-1 (Previous), and the
+	// branch's journal and failures.
+	LoadBranch(ctx context.Context, id string, n, i int) (Snapshot, error)
+	// CommitBranch writes the checkpoint of branch cp.Branch of the fan-out
+	// whose join is step cp.Step, first writer wins, and returns how many
+	// of the fan-out's branches it counted committed after its write. A
+	// branch committed before is not written again: ErrCheckpointExists,
+	// with the count all the same, so that a writer that died before
+	// acting on its count learns it on redelivery. Once every branch is
+	// committed, at least one of their writers counts them all; a store
+	// may answer 0 to a writer when a later one is bound to count after
+	// it. ErrNotFound when the run does not exist.
+	CommitBranch(ctx context.Context, cp Checkpoint) (int, error)
+	// BranchCheckpoints returns the committed checkpoints among branches
+	// 1..total of the fan-out whose join is step n, in branch order.
+	BranchCheckpoints(ctx context.Context, id string, n, total int) ([]Checkpoint, error)
+	// RecordBranchCall is RecordCall for branch i of the fan-out whose
+	// join is step n: each branch has a journal of its own.
+	RecordBranchCall(ctx context.Context, id string, n, i int, rec CallRecord) (CallRecord, error)
+	// RecordBranchFailure is RecordFailure for branch i of the fan-out
+	// whose join is step n: each branch counts its own failures.
+	RecordBranchFailure(ctx context.Context, id string, n, i int, f Failure) (int, error)
 	// IndexDue puts run id in the deadline index at time at (replacing an
 	// earlier entry): the scheduler claims it once at is past. The index is
 	// separate from the run record (one Redis Cluster slot per run); a

@@ -28,6 +28,9 @@ func TestSizeBoundsTheEncoding(t *testing.T) {
 				{Name: "tool", ArgsSHA256: strings.Repeat("c", 64), Error: "timeout", Note: "refund key r:step4", At: at},
 			},
 			Effects: []checkpoint.Effect{{Key: "k1"}, {Key: "k2", Replayed: true}}},
+		"fan-out": {RunID: "f", Step: 2, Name: "split", State: json.RawMessage(`{}`), Next: "sum", Status: checkpoint.StatusRunning, At: at,
+			FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "pay", Input: json.RawMessage(`{"i":1}`)}, {Step: "pay", Input: big}, {Step: "pay"}}}},
+		"branch": {RunID: "f", Step: 3, Branch: 1000, Name: "pay", State: json.RawMessage(`{"paid":1}`), Status: checkpoint.StatusRunning, At: at},
 	}
 	for name, cp := range cases {
 		doc, err := json.Marshal(cp)

@@ -23,17 +23,31 @@ type failuresDoc struct {
 // step's failures are one key updated by compare-and-set, so concurrent
 // calls each count once: a lost race re-reads and counts again.
 func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoint.Failure) (int, error) {
+	return s.recordFailure(ctx, id, n, 0, f)
+}
+
+// RecordBranchFailure counts a failed attempt of branch i of the fan-out
+// whose join is step n (key f.<R>.<n>.<i>), as RecordFailure does for a
+// step.
+func (s *Store) RecordBranchFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
+	if i < 1 {
+		return 0, fmt.Errorf("record failure %s:%d.%d: branches count from 1", id, n, i)
+	}
+	return s.recordFailure(ctx, id, n, i, f)
+}
+
+func (s *Store) recordFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
 	if err := readID(id); err != nil {
 		return 0, fmt.Errorf("record failure: %w", err)
 	}
 	fail := func(err error) (int, error) {
-		return 0, fmt.Errorf("record failure %s:%d: %w", id, n, err)
+		return 0, fmt.Errorf("record failure %s:%s: %w", id, stepLabel(n, i), err)
 	}
 	if n < 1 {
 		return fail(errors.New("steps count from 1"))
 	}
 	f = f.Trimmed()
-	key := failuresKey(id, n)
+	key := branchKey(failuresKey(id, n), i)
 	for range maxFailureRetries {
 		doc, rev, err := s.readFailures(ctx, key)
 		if err != nil {
@@ -87,9 +101,10 @@ func (s *Store) readFailures(ctx context.Context, key string) (failuresDoc, uint
 	return doc, e.rev, nil
 }
 
-// failures returns the kept failure records of step n, oldest first.
-func (s *Store) failures(ctx context.Context, id string, n int) ([]checkpoint.Failure, error) {
-	doc, _, err := s.readFailures(ctx, failuresKey(id, n))
+// failures returns the kept failure records of the failures key, oldest
+// first.
+func (s *Store) failures(ctx context.Context, key string) ([]checkpoint.Failure, error) {
+	doc, _, err := s.readFailures(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("failures: %w", err)
 	}

@@ -21,13 +21,26 @@ type journalDoc map[string]checkpoint.CallRecord
 // compare-and-set; on a lost race it re-reads and, if the name is now
 // taken, returns the winner's record.
 func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	return s.recordCall(ctx, id, n, 0, rec)
+}
+
+// RecordBranchCall journals rec in branch i of the fan-out whose join is
+// step n (key j.<R>.<n>.<i>), as RecordCall does in a step.
+func (s *Store) RecordBranchCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	if i < 1 {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d.%d %q: branches count from 1", id, n, i, rec.Name)
+	}
+	return s.recordCall(ctx, id, n, i, rec)
+}
+
+func (s *Store) recordCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %q: %w", rec.Name, err)
 	}
 	fail := func(err error) (checkpoint.CallRecord, error) {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, stepLabel(n, i), rec.Name, err)
 	}
-	key := journalKey(id, n)
+	key := branchKey(journalKey(id, n), i)
 	for range maxJournalRetries {
 		doc, rev, err := s.readJournal(ctx, key)
 		if err != nil {
@@ -73,9 +86,10 @@ func (s *Store) readJournal(ctx context.Context, key string) (journalDoc, uint64
 	return doc, e.rev, nil
 }
 
-// journal returns the records of step n in the order they were recorded.
-func (s *Store) journal(ctx context.Context, id string, n int) ([]checkpoint.CallRecord, error) {
-	doc, _, err := s.readJournal(ctx, journalKey(id, n))
+// journal returns the records of the journal key in the order they were
+// recorded.
+func (s *Store) journal(ctx context.Context, key string) ([]checkpoint.CallRecord, error) {
+	doc, _, err := s.readJournal(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}

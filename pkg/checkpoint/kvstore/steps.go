@@ -36,7 +36,7 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	}()
 	done, err := s.loadFirstAttempt(ctx, id, n, &snap)
 	if err == nil && !done {
-		err = s.loadStep(ctx, id, n, &snap)
+		err = s.loadStep(ctx, id, n, 0, &snap)
 	}
 	<-ran
 	if err := errors.Join(runErr, err); err != nil {
@@ -75,8 +75,9 @@ func (s *Store) loadFirstAttempt(ctx context.Context, id string, n int, snap *ch
 }
 
 // loadStep reads checkpoints n and n-1 and the journal and failures of
-// step n with concurrent gets.
-func (s *Store) loadStep(ctx context.Context, id string, n int, snap *checkpoint.Snapshot) error {
+// step n with concurrent gets; for i > 0, those of branch i of the
+// fan-out whose join is step n instead of step n's.
+func (s *Store) loadStep(ctx context.Context, id string, n, i int, snap *checkpoint.Snapshot) error {
 	var (
 		wg                     sync.WaitGroup
 		cur, prv               error
@@ -85,30 +86,32 @@ func (s *Store) loadStep(ctx context.Context, id string, n int, snap *checkpoint
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		snap.Current, cur = s.optionalCheckpoint(ctx, id, n)
+		snap.Current, cur = s.optionalCheckpoint(ctx, branchKey(cpKey(id, n), i))
 	}()
 	go func() {
 		defer wg.Done()
-		snap.Journal, journalErr = s.journal(ctx, id, n)
+		snap.Journal, journalErr = s.journal(ctx, branchKey(journalKey(id, n), i))
 	}()
 	go func() {
 		defer wg.Done()
-		snap.Failures, failuresEr = s.failures(ctx, id, n)
+		snap.Failures, failuresEr = s.failures(ctx, branchKey(failuresKey(id, n), i))
 	}()
 	if n > 1 {
-		snap.Previous, prv = s.optionalCheckpoint(ctx, id, n-1)
+		snap.Previous, prv = s.optionalCheckpoint(ctx, cpKey(id, n-1))
 	}
 	wg.Wait()
 	return errors.Join(cur, prv, journalErr, failuresEr)
 }
 
-func (s *Store) optionalCheckpoint(ctx context.Context, id string, n int) (*checkpoint.Checkpoint, error) {
-	cp, err := s.Checkpoint(ctx, id, n)
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+// optionalCheckpoint reads the checkpoint at key, nil when there is none.
+func (s *Store) optionalCheckpoint(ctx context.Context, key string) (*checkpoint.Checkpoint, error) {
+	e, err := s.get(ctx, key)
+	if err != nil || !e.found {
 		return nil, err
+	}
+	var cp checkpoint.Checkpoint
+	if err := unmarshal(e.value, &cp); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	return &cp, nil
 }

@@ -39,12 +39,15 @@ type Options struct {
 //	cp.<R>.<n>               checkpoint n JSON, created once, kept while its run exists
 //	j.<R>.<n>                journal of step n: JSON object call name -> record
 //	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
+//	cp.<R>.<n>.<i>           checkpoint of branch i of the fan-out whose join is step n, created once
+//	j.<R>.<n>.<i>, f.<R>.<n>.<i>  journal and failures of that branch
 //	wf.<name>.<version>      workflow JSON
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //
 // A commit writes the checkpoint, then the run (see Commit).
 type Store struct {
 	kv      jetstream.KeyValue
+	stream  jetstream.Stream
 	nc      *nats.Conn
 	timeout time.Duration
 	// msgGet is the JetStream API subject that reads one message of the
@@ -91,7 +94,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	api, subjects := apiPrefix(js), "$KV."+opts.Bucket+"."
 	s := &Store{
-		kv: kv, nc: js.Conn(), timeout: opts.Timeout,
+		kv: kv, stream: st, nc: js.Conn(), timeout: opts.Timeout,
 		msgGet:    api + "STREAM.MSG.GET.KV_" + opts.Bucket,
 		putPrefix: subjects,
 		subjects:  subjects,
@@ -147,6 +150,20 @@ func failuresKey(id string, n int) string {
 	return "f." + id + "." + strconv.Itoa(n)
 }
 func dueKey(id string) string { return "due." + id }
+
+// branchKey is key (a checkpoint, journal or failures key of step n) for
+// branch i of the fan-out whose join is step n: "<key>.<i>"; key itself
+// for i = 0. Branch keys have four tokens, so the patterns over a run's
+// step keys ("cp.<R>.*", "*.<R>.*") never match them.
+func branchKey(key string, i int) string {
+	if i == 0 {
+		return key
+	}
+	return key + "." + strconv.Itoa(i)
+}
+
+// stepLabel names step n ("5") or branch i of its fan-out ("5.3") in errors.
+func stepLabel(n, i int) string { return branchKey(strconv.Itoa(n), i) }
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }

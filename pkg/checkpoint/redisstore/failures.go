@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -11,23 +12,39 @@ import (
 // one script: INCR of the step's counter, so concurrent calls each get their
 // own count, and RPUSH + LTRIM of its capped record list.
 func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoint.Failure) (int, error) {
+	return s.recordFailure(ctx, id, n, 0, f)
+}
+
+// RecordBranchFailure counts a failed attempt of branch i of the fan-out
+// whose join is step n, as RecordFailure does for a step.
+func (s *Store) RecordBranchFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
+	if i < 1 {
+		return 0, fmt.Errorf("record failure %s:%d.%d: branches count from 1", id, n, i)
+	}
+	return s.recordFailure(ctx, id, n, i, f)
+}
+
+func (s *Store) recordFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
 	if err := readID(id); err != nil {
 		return 0, fmt.Errorf("record failure: %w", err)
 	}
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("record failure %s:%s: %w", id, stepLabel(n, i), err)
+	}
 	if n < 1 {
-		return 0, fmt.Errorf("record failure %s:%d: steps count from 1", id, n)
+		return fail(errors.New("steps count from 1"))
 	}
 	doc, err := marshal(f.Trimmed())
 	if err != nil {
-		return 0, fmt.Errorf("record failure %s:%d: %w", id, n, err)
+		return fail(err)
 	}
-	keys := []string{s.runKey(id), s.failuresKey(id, n), s.failureCountKey(id, n)}
-	count, err := failureScript.Run(ctx, s.rdb, keys, doc, checkpoint.MaxFailureRecords).Int64()
+	k := s.stepKeys(id, n, i)
+	count, err := failureScript.Run(ctx, s.rdb, []string{k.run, k.failures, k.failureCount}, doc, checkpoint.MaxFailureRecords).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("record failure %s:%d: %w", id, n, err)
+		return fail(err)
 	}
 	if count < 0 {
-		return 0, fmt.Errorf("record failure %s:%d: %w", id, n, scriptCode(count))
+		return fail(scriptCode(count))
 	}
 	return int(count), nil
 }

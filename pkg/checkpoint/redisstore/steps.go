@@ -60,45 +60,88 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
-	var res []any
-	var err error
-	if s.single {
-		res, err = s.loadTx(ctx, id, n)
-	} else {
-		keys := []string{s.runKey(id), s.cpKey(id, n), s.journalKey(id, n), s.failuresKey(id, n)}
-		if n > 1 {
-			keys = append(keys, s.cpKey(id, n-1))
-		}
-		res, err = s.batch.run(ctx, loadScript, keys).Slice()
-	}
-	if errors.Is(err, redis.Nil) {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, checkpoint.ErrNotFound)
-	}
-	if err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
-	}
-	snap, err := decodeSnapshot(res)
+	snap, err := s.load(ctx, s.stepKeys(id, n, 0), n > 1)
 	if err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
 	return snap, nil
 }
 
+// LoadBranch reads run id, the checkpoint of branch i of the fan-out whose
+// join is step n, the fan-out's checkpoint n-1 and the branch's journal
+// and failures in one read, as Load does for a step.
+func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint.Snapshot, error) {
+	if err := readID(id); err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
+	}
+	if n < 2 || i < 1 {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
+	}
+	snap, err := s.load(ctx, s.stepKeys(id, n, i), true)
+	if err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
+	}
+	return snap, nil
+}
+
+// keySet names the keys a worker reads for one step or branch.
+type keySet struct {
+	run, cp, journal, failures, failureCount, prev string
+}
+
+// stepKeys are the keys of step n (branch 0) or of branch i of the fan-out
+// whose join is step n, whose checkpoints, journals and failures are
+// named "<n>.<i>".
+func (s *Store) stepKeys(id string, n, i int) keySet {
+	suffix := ""
+	if i > 0 {
+		suffix = "." + strconv.Itoa(i)
+	}
+	return keySet{
+		run: s.runKey(id), cp: s.cpKey(id, n) + suffix, journal: s.journalKey(id, n) + suffix,
+		failures: s.failuresKey(id, n) + suffix, failureCount: s.failureCountKey(id, n) + suffix,
+		prev: s.cpKey(id, n-1),
+	}
+}
+
+// load reads the run and the keys of k in one script or transaction;
+// withPrev reads the checkpoint before too.
+func (s *Store) load(ctx context.Context, k keySet, withPrev bool) (checkpoint.Snapshot, error) {
+	var res []any
+	var err error
+	if s.single {
+		res, err = s.loadTx(ctx, k, withPrev)
+	} else {
+		keys := []string{k.run, k.cp, k.journal, k.failures}
+		if withPrev {
+			keys = append(keys, k.prev)
+		}
+		res, err = s.batch.run(ctx, loadScript, keys).Slice()
+	}
+	if errors.Is(err, redis.Nil) {
+		return checkpoint.Snapshot{}, checkpoint.ErrNotFound
+	}
+	if err != nil {
+		return checkpoint.Snapshot{}, err
+	}
+	return decodeSnapshot(res)
+}
+
 // loadTx reads what loadScript reads as one MULTI/EXEC transaction of
 // plain commands: the same consistent read, without the cost of a Lua
 // call (about 10µs of Redis CPU each, the largest part of a step's).
 // Its reply has loadScript's shape.
-func (s *Store) loadTx(ctx context.Context, id string, n int) ([]any, error) {
-	prev := []any{"EXISTS", s.cpKey(id, n-1)} // a placeholder for step 1
-	if n > 1 {
-		prev = []any{"GET", s.cpKey(id, n-1)}
+func (s *Store) loadTx(ctx context.Context, k keySet, withPrev bool) ([]any, error) {
+	prev := []any{"EXISTS", k.prev} // a placeholder for step 1
+	if withPrev {
+		prev = []any{"GET", k.prev}
 	}
 	res, err := s.batch.tx(ctx,
-		[]any{"HMGET", s.runKey(id), "doc", "rev"},
-		[]any{"GET", s.cpKey(id, n)},
-		[]any{"HGETALL", s.journalKey(id, n)},
+		[]any{"HMGET", k.run, "doc", "rev"},
+		[]any{"GET", k.cp},
+		[]any{"HGETALL", k.journal},
 		prev,
-		[]any{"LRANGE", s.failuresKey(id, n), 0, -1},
+		[]any{"LRANGE", k.failures, 0, -1},
 	).Slice()
 	if err != nil {
 		return nil, err
@@ -113,7 +156,7 @@ func (s *Store) loadTx(ctx context.Context, id string, n int) ([]any, error) {
 	if run[0] == nil {
 		return nil, redis.Nil
 	}
-	if n == 1 {
+	if !withPrev {
 		res[3] = nil
 	}
 	return []any{run[0], run[1], res[1], flatten(res[2]), res[3], res[4]}, nil
@@ -277,20 +320,44 @@ func (s *Store) Checkpoints(ctx context.Context, id string) ([]checkpoint.Checkp
 // RecordCall journals rec in step n first-writer-wins by rec.Name and
 // returns the stored record.
 func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	return s.recordCall(ctx, id, n, 0, rec)
+}
+
+// RecordBranchCall journals rec in branch i of the fan-out whose join is
+// step n, as RecordCall does in a step.
+func (s *Store) RecordBranchCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	if i < 1 {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d.%d %q: branches count from 1", id, n, i, rec.Name)
+	}
+	return s.recordCall(ctx, id, n, i, rec)
+}
+
+func (s *Store) recordCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %q: %w", rec.Name, err)
 	}
+	fail := func(err error) (checkpoint.CallRecord, error) {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, stepLabel(n, i), rec.Name, err)
+	}
 	doc, err := marshal(rec)
 	if err != nil {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+		return fail(err)
 	}
-	stored, err := s.batch.run(ctx, recordScript, []string{s.journalKey(id, n)}, rec.Name, doc).Text()
+	stored, err := s.batch.run(ctx, recordScript, []string{s.stepKeys(id, n, i).journal}, rec.Name, doc).Text()
 	if err != nil {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+		return fail(err)
 	}
 	var out checkpoint.CallRecord
 	if err := unmarshal(stored, &out); err != nil {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d %q: %w", id, n, rec.Name, err)
+		return fail(err)
 	}
 	return out, nil
+}
+
+// stepLabel names step n ("5") or branch i of its fan-out ("5.3") in errors.
+func stepLabel(n, i int) string {
+	if i == 0 {
+		return strconv.Itoa(n)
+	}
+	return strconv.Itoa(n) + "." + strconv.Itoa(i)
 }

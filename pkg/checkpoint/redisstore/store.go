@@ -26,6 +26,9 @@ type Options struct {
 //	<prefix>:{R}:j:<n>    hash: call name -> call record JSON, journal of step n
 //	<prefix>:{R}:f:<n>    list: the last failure records of step n (JSON), oldest first
 //	<prefix>:{R}:fc:<n>   string: how many failures step n has recorded
+//	<prefix>:{R}:cp:<n>.<i>, j:<n>.<i>, f:<n>.<i>, fc:<n>.<i>
+//	                      the same for branch i of the fan-out whose join is step n
+//	<prefix>:{R}:cp:<n>:bits  string: bitmap of the fan-out's committed branches
 //	<prefix>:runs         zset: run id scored by creation time (unix ms)
 //	<prefix>:workflows    hash: "name@version" -> workflow JSON
 //	<prefix>:due          zset: deadline index, run id scored by due time or,

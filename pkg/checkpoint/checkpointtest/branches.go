@@ -1,0 +1,196 @@
+package checkpointtest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// fanOutRun creates run id and commits step 1 as a fan-out of total
+// branches of step "pay", so that the run waits at the join, step 2.
+func fanOutRun(t *testing.T, s checkpoint.Store, id string, total int) (checkpoint.Run, checkpoint.Checkpoint) {
+	t.Helper()
+	r := mustCreate(t, s, newRun(id))
+	cp := newCheckpoint(id, 1, "splitter")
+	cp.FanOut = &checkpoint.FanOut{}
+	for i := 1; i <= total; i++ {
+		cp.FanOut.Branches = append(cp.FanOut.Branches, checkpoint.Branch{Step: "pay", Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+	}
+	return mustCommit(t, s, advance(r, 1), cp), cp
+}
+
+// branchCheckpoint is the checkpoint of branch i of the fan-out whose join
+// is step n, written by writer by.
+func branchCheckpoint(id string, n, i int, by string) checkpoint.Checkpoint {
+	cp := newCheckpoint(id, n, by)
+	cp.Branch, cp.Next = i, ""
+	cp.Name = "pay"
+	cp.Effects = []checkpoint.Effect{{Key: fmt.Sprintf("%s:step%d.%d", id, n, i)}}
+	return cp
+}
+
+// A fan-out's branches are read, committed first-writer-wins, counted and
+// listed, without moving the run or showing among the run's steps.
+func testBranchCommit(t *testing.T, s checkpoint.Store) {
+	run, fan := fanOutRun(t, s, "fan-1", 3)
+	snap, err := s.LoadBranch(ctx(t), "fan-1", 2, 1)
+	if err != nil {
+		t.Fatalf("LoadBranch: %v", err)
+	}
+	if snap.Current != nil || snap.Previous == nil || len(snap.Journal) != 0 || len(snap.Failures) != 0 {
+		t.Fatalf("LoadBranch before any commit: %+v", snap)
+	}
+	sameCheckpoint(t, "the fan-out read by a branch", *snap.Previous, fan)
+	sameJSON(t, "run read by a branch", snap.Run, run)
+
+	for i := 1; i <= 3; i++ {
+		n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-1", 2, i, "first"))
+		if err != nil || n != i {
+			t.Fatalf("CommitBranch %d = %d, %v; want %d (each writer in turn is the newest)", i, n, err, i)
+		}
+	}
+	n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-1", 2, 3, "second"))
+	wantErr(t, "second commit of the newest branch", err, checkpoint.ErrCheckpointExists)
+	if n != 3 {
+		t.Fatalf("second commit of the newest branch counted %d, want 3: a redelivery must learn that all are in", n)
+	}
+	n, err = s.CommitBranch(ctx(t), branchCheckpoint("fan-1", 2, 1, "second"))
+	wantErr(t, "second commit of branch 1", err, checkpoint.ErrCheckpointExists)
+	if n != 3 && n != 0 {
+		t.Fatalf("second commit of branch 1 counted %d, want 3 (or 0: a later writer counted)", n)
+	}
+
+	snap, err = s.LoadBranch(ctx(t), "fan-1", 2, 2)
+	if err != nil || snap.Current == nil {
+		t.Fatalf("LoadBranch after commit: %+v, %v", snap.Current, err)
+	}
+	sameCheckpoint(t, "branch 2", *snap.Current, branchCheckpoint("fan-1", 2, 2, "first"))
+	got, err := s.BranchCheckpoints(ctx(t), "fan-1", 2, 3)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("BranchCheckpoints = %d, %v; want 3", len(got), err)
+	}
+	for i, cp := range got {
+		sameCheckpoint(t, fmt.Sprint("branch ", i+1), cp, branchCheckpoint("fan-1", 2, i+1, "first"))
+	}
+	if got, err := s.BranchCheckpoints(ctx(t), "fan-1", 2, 2); err != nil || len(got) != 2 {
+		t.Fatalf("BranchCheckpoints of the first 2 = %d, %v", len(got), err)
+	}
+	if stored := mustGet(t, s, "fan-1"); stored.Rev != run.Rev || stored.Step != 2 {
+		t.Fatalf("branches moved the run: step %d rev %d, want step 2 rev %d", stored.Step, stored.Rev, run.Rev)
+	}
+	all, err := s.Checkpoints(ctx(t), "fan-1")
+	if err != nil || len(all) != 1 || all[0].Step != 1 {
+		t.Fatalf("Checkpoints lists %d (%v): the run's steps are step 1 only", len(all), err)
+	}
+	join, err := s.Load(ctx(t), "fan-1", 2)
+	if err != nil || join.Current != nil || join.Previous == nil || join.Previous.FanOut == nil {
+		t.Fatalf("Load of the join: %+v, %v", join, err)
+	}
+}
+
+// Branches keep journals and failure counts of their own: two branches
+// calling the same name, or failing, never see each other's records.
+func testBranchJournalsAndFailures(t *testing.T, s checkpoint.Store) {
+	fanOutRun(t, s, "fan-2", 2)
+	for i := 1; i <= 2; i++ {
+		rec := call("pay", fmt.Sprintf(`"paid-%d"`, i), 0)
+		stored, err := s.RecordBranchCall(ctx(t), "fan-2", 2, i, rec)
+		if err != nil || string(stored.Result) != string(rec.Result) {
+			t.Fatalf("RecordBranchCall %d = %s, %v: branches share a journal", i, stored.Result, err)
+		}
+	}
+	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 1, failure(1, "down")); err != nil || n != 1 {
+		t.Fatalf("RecordBranchFailure 1 = %d, %v", n, err)
+	}
+	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 1, failure(2, "down")); err != nil || n != 2 {
+		t.Fatalf("RecordBranchFailure 1 again = %d, %v", n, err)
+	}
+	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 2, failure(1, "down")); err != nil || n != 1 {
+		t.Fatalf("RecordBranchFailure 2 = %d, %v: branches share a failure count", n, err)
+	}
+	snap, err := s.LoadBranch(ctx(t), "fan-2", 2, 2)
+	if err != nil || len(snap.Journal) != 1 || string(snap.Journal[0].Result) != `"paid-2"` || len(snap.Failures) != 1 {
+		t.Fatalf("LoadBranch 2: journal %+v failures %+v (%v)", snap.Journal, snap.Failures, err)
+	}
+	join, err := s.Load(ctx(t), "fan-2", 2)
+	if err != nil || len(join.Journal) != 0 || len(join.Failures) != 0 {
+		t.Fatalf("the join sees branch records: journal %+v failures %+v (%v)", join.Journal, join.Failures, err)
+	}
+	if _, err := s.CommitBranch(ctx(t), branchCheckpoint("ghost-2", 2, 1, "x")); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Fatalf("CommitBranch of an unknown run: %v", err)
+	}
+	if _, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-2", 2, 0, "x")); err == nil {
+		t.Fatal("CommitBranch of branch 0 succeeded")
+	}
+	if _, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-2", 2, checkpoint.MaxBranches+1, "x")); err == nil {
+		t.Fatal("CommitBranch past MaxBranches succeeded")
+	}
+}
+
+// Many deliveries of a fan-out's branches commit at once, duplicates
+// included: each branch has exactly one first writer, whose checkpoint is
+// stored, no count exceeds the branches, and at least one writer is told
+// that all are in after the last first write.
+func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
+	const writers, total = 16, 40
+	fanOutRun(t, s, "fan-3", total)
+	type result struct {
+		branch, count int
+		err           error
+	}
+	results := make([][]result, writers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for _, i := range rand.Perm(total) {
+				n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-3", 2, i+1, fmt.Sprint("writer-", w)))
+				results[w] = append(results[w], result{i + 1, n, err})
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := map[int]int{}
+	toldAll := 0
+	for w, rs := range results {
+		for _, r := range rs {
+			switch {
+			case r.err == nil:
+				if prev, dup := winner[r.branch]; dup {
+					t.Fatalf("writers %d and %d both committed branch %d", prev, w, r.branch)
+				}
+				winner[r.branch] = w
+			case !errors.Is(r.err, checkpoint.ErrCheckpointExists):
+				t.Fatalf("writer %d branch %d: %v", w, r.branch, r.err)
+			}
+			if r.count < 0 || r.count > total {
+				t.Fatalf("writer %d branch %d counted %d of %d", w, r.branch, r.count, total)
+			}
+			if r.count == total {
+				toldAll++
+			}
+		}
+	}
+	if len(winner) != total {
+		t.Fatalf("%d branches have a first writer, want %d", len(winner), total)
+	}
+	if toldAll == 0 {
+		t.Fatal("no writer was told that all branches are in")
+	}
+	got, err := s.BranchCheckpoints(ctx(t), "fan-3", 2, total)
+	if err != nil || len(got) != total {
+		t.Fatalf("BranchCheckpoints = %d, %v", len(got), err)
+	}
+	for _, cp := range got {
+		sameCheckpoint(t, fmt.Sprint("branch ", cp.Branch), cp, branchCheckpoint("fan-3", 2, cp.Branch, fmt.Sprint("writer-", winner[cp.Branch])))
+	}
+}

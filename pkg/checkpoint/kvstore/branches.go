@@ -1,0 +1,143 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// LoadBranch reads run id, the checkpoint of branch i of the fan-out whose
+// join is step n, the fan-out's checkpoint n-1 and the branch's journal
+// and failures, with concurrent gets.
+func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint.Snapshot, error) {
+	if err := readID(id); err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
+	}
+	if n < 2 || i < 1 {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
+	}
+	var (
+		snap   checkpoint.Snapshot
+		runErr error
+		ran    = make(chan struct{})
+	)
+	go func() {
+		defer close(ran)
+		snap.Run, runErr = s.GetRun(ctx, id)
+	}()
+	err := s.loadStep(ctx, id, n, i, &snap)
+	<-ran
+	if err := errors.Join(runErr, err); err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
+	}
+	return snap, nil
+}
+
+// CommitBranch creates cp.<R>.<n>.<i>, the checkpoint of branch i of the
+// fan-out whose join is step n: the first writer wins. The run record is
+// not written: a thousand branches compare-and-setting one key would
+// retry each other into the ground. Then it counts: it reads the newest
+// message on cp.<R>.<n>.* from the leader, and only when that is its own
+// key does it count the fan-out's branch keys (one stream info with a
+// subject filter); otherwise a later writer, whose write is newer, counts
+// after it and it answers 0. The last writer in stream order always counts,
+// after every other write, so at least one writer counts them all, with
+// one full count per fan-out instead of one per branch. Branch keys are
+// never deleted: a create succeeds over a delete marker, and a marker is
+// a subject the count would see.
+func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
+	}
+	if err := readID(cp.RunID); err != nil {
+		return fail(err)
+	}
+	if cp.Step < 2 || cp.Branch < 1 || cp.Branch > checkpoint.MaxBranches {
+		return fail(fmt.Errorf("a branch's join is a step after its fan-out, and branches count from 1 to %d", checkpoint.MaxBranches))
+	}
+	doc, err := marshal(cp)
+	if err != nil {
+		return fail(err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	// Runs are never deleted: a run key with a value is a run.
+	if e, err := s.get(ctx, runKey(cp.RunID)); err != nil {
+		return fail(err)
+	} else if !e.found {
+		return fail(checkpoint.ErrNotFound)
+	}
+	key := branchKey(cpKey(cp.RunID, cp.Step), cp.Branch)
+	_, err = s.create(ctx, key, doc)
+	exists := errors.Is(err, errWrongRevision)
+	if err != nil && !exists {
+		return fail(err)
+	}
+	count, err := s.countBranches(ctx, cp.RunID, cp.Step, key)
+	if err != nil {
+		return fail(err)
+	}
+	if exists {
+		return count, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
+	}
+	return count, nil
+}
+
+// countBranches counts the branch checkpoints of the fan-out whose join is
+// step n if the newest of them is own, and answers 0 otherwise.
+func (s *Store) countBranches(ctx context.Context, id string, n int, own string) (int, error) {
+	filter := cpKey(id, n) + ".*"
+	subject, _, err := s.getLast(ctx, filter)
+	if err != nil {
+		return 0, err
+	}
+	if subject != s.subjects+own {
+		return 0, nil
+	}
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subjects+filter))
+	if err != nil {
+		return 0, fmt.Errorf("count %s: %w", filter, err)
+	}
+	return len(info.State.Subjects), nil
+}
+
+// BranchCheckpoints reads the branch checkpoints of the fan-out whose join
+// is step n with one watcher over cp.<R>.<n>.* and returns those among
+// branches 1..total, in branch order.
+func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) ([]checkpoint.Checkpoint, error) {
+	if err := readID(id); err != nil {
+		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
+	}
+	prefix := cpKey(id, n) + "."
+	var out []checkpoint.Checkpoint
+	err := s.scan(ctx, prefix+"*", func(e jetstream.KeyValueEntry) error {
+		i, err := strconv.Atoi(strings.TrimPrefix(e.Key(), prefix))
+		if err != nil {
+			return fmt.Errorf("unexpected key %s", e.Key())
+		}
+		if i < 1 || i > total {
+			return nil
+		}
+		var cp checkpoint.Checkpoint
+		if err := unmarshal(e.Value(), &cp); err != nil {
+			return fmt.Errorf("%s: %w", e.Key(), err)
+		}
+		out = append(out, cp)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Branch < out[b].Branch })
+	return out, nil
+}

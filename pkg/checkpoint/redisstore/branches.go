@@ -1,0 +1,96 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// branchScript commits a branch's checkpoint first-writer-wins and marks
+// it in the fan-out's bitmap, in one step. KEYS: run, branch checkpoint,
+// bitmap. ARGV: checkpoint JSON, branch index. Reply: {wrote (1 or 0),
+// branches committed}, or -1 when the run is missing. The count is
+// returned to a duplicate too: the redelivery of a writer that died before
+// publishing the join must learn that all branches are in.
+var branchScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local wrote = 0
+if redis.call('SET', KEYS[2], ARGV[1], 'NX') then wrote = 1 end
+redis.call('SETBIT', KEYS[3], ARGV[2], 1)
+return {wrote, redis.call('BITCOUNT', KEYS[3])}
+`)
+
+func (s *Store) bitsKey(id string, n int) string { return s.stepKeys(id, n, 0).cp + ":bits" }
+
+// CommitBranch writes the checkpoint of branch cp.Branch of the fan-out
+// whose join is step cp.Step, first writer wins, and sets the branch's bit
+// in the fan-out's bitmap (<prefix>:{R}:cp:<n>:bits, a key of its own so
+// that branches never move the run's revision). It returns the bitmap's
+// count, to a duplicate as well (with ErrCheckpointExists).
+func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
+	fail := func(err error) (int, error) {
+		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
+	}
+	if err := readID(cp.RunID); err != nil {
+		return fail(err)
+	}
+	if cp.Step < 2 || cp.Branch < 1 || cp.Branch > checkpoint.MaxBranches {
+		return fail(fmt.Errorf("a branch's join is a step after its fan-out, and branches count from 1 to %d", checkpoint.MaxBranches))
+	}
+	doc, err := marshal(cp)
+	if err != nil {
+		return fail(err)
+	}
+	k := s.stepKeys(cp.RunID, cp.Step, cp.Branch)
+	res, err := s.batch.run(ctx, branchScript, []string{k.run, k.cp, s.bitsKey(cp.RunID, cp.Step)}, doc, cp.Branch).Result()
+	if err != nil {
+		return fail(err)
+	}
+	if code, ok := res.(int64); ok {
+		return fail(scriptCode(code))
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) != 2 {
+		return fail(fmt.Errorf("unexpected reply %v", res))
+	}
+	wrote, _ := reply[0].(int64)
+	count, _ := reply[1].(int64)
+	if wrote == 0 {
+		return int(count), fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
+	}
+	return int(count), nil
+}
+
+// BranchCheckpoints reads branches 1..total of the fan-out whose join is
+// step n with one MGET (all keys share the run's slot) and returns those
+// committed, in branch order.
+func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) ([]checkpoint.Checkpoint, error) {
+	if err := readID(id); err != nil {
+		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
+	}
+	if total < 1 {
+		return nil, nil
+	}
+	keys := make([]string, total)
+	for i := range keys {
+		keys[i] = s.stepKeys(id, n, i+1).cp
+	}
+	docs, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
+	}
+	var out []checkpoint.Checkpoint
+	for i, doc := range docs {
+		cp, err := decodeOptionalCheckpoint(doc)
+		if err != nil {
+			return nil, fmt.Errorf("branch checkpoints %s:%s: %w", id, stepLabel(n, i+1), err)
+		}
+		if cp != nil {
+			out = append(out, *cp)
+		}
+	}
+	return out, nil
+}
