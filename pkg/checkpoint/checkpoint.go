@@ -91,6 +91,9 @@ type Run struct {
 	Approvals []Approval `json:"approvals,omitempty"`
 	// Error says why a run failed or went dead.
 	Error string `json:"error,omitempty"`
+	// FailedBranch is the branch of the fan-out at the cursor that sent
+	// the run to the dead letters, 0 when a step did.
+	FailedBranch int `json:"failed_branch,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
 	// Audit records every event of the run's waits: parks, decisions,

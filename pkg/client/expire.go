@@ -129,15 +129,57 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 
 func noPublish(context.Context, *Client, checkpoint.Run) error { return nil }
 
-// Repair publishes the step at the cursor of a running run again, for a
-// run that made no progress (its message may have been lost). Harmless by
-// the step protocol when the step is in fact under way. It reports whether
-// it published: one message id per stuck state, so a repeated repair of
-// the same state within the stream's duplicate window is dropped (false),
-// as is a repair of a run that is not running.
-func (c *Client) Repair(ctx context.Context, run checkpoint.Run) (bool, error) {
-	if run.Status != checkpoint.StatusRunning {
+// Repair publishes again what a running run waits for when it made no
+// progress after cutoff (its message may have been lost): the step at
+// its cursor or, at the join of a fan-out, the branches without a
+// checkpoint, or the join once all have one. A fan-out's progress is its
+// newest branch commit, not the run record, which branches never move.
+// Harmless by the step protocol when the step is in fact under way. It
+// reports whether it published: one message id per stuck state, so a
+// repeated repair of the same state within the stream's duplicate window
+// is dropped (false), as is a repair of a run that is not running or
+// that made progress.
+func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Time) (bool, error) {
+	if run.Status != checkpoint.StatusRunning || run.UpdatedAt.After(cutoff) {
 		return false, nil
 	}
-	return c.publishNew(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+	fan, done, err := c.fanOutAt(ctx, run)
+	if err != nil || fan == nil {
+		if err != nil {
+			return false, err
+		}
+		return c.publishNew(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+	}
+	progress := run.UpdatedAt
+	for _, cp := range done {
+		if cp.At.After(progress) {
+			progress = cp.At
+		}
+	}
+	if progress.After(cutoff) {
+		return false, nil
+	}
+	n, err := queue.PublishFanOut(ctx, c.js, run, *fan, done, fmt.Sprintf(":repair%d", progress.UnixMilli()))
+	return n > 0, err
+}
+
+// fanOutAt returns the fan-out whose join is at run's cursor, with its
+// committed branches, or nil when the step before the cursor did not fan
+// out.
+func (c *Client) fanOutAt(ctx context.Context, run checkpoint.Run) (*checkpoint.Checkpoint, []checkpoint.Checkpoint, error) {
+	if run.Step < 2 {
+		return nil, nil, nil
+	}
+	cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1)
+	if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && cp.FanOut == nil) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	done, err := c.store.BranchCheckpoints(ctx, run.ID, run.Step, len(cp.FanOut.Branches))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &cp, done, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -33,7 +34,7 @@ func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, er
 		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
 			Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: by, Channel: ChannelCLI, Reason: "was dead: " + run.Error,
 		})
-		next.Error = ""
+		next.Error, next.FailedBranch = "", 0
 		stored, err := c.store.UpdateRun(ctx, next)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
@@ -42,11 +43,28 @@ func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, er
 			return run, fmt.Errorf("redrive %s: %w", id, err)
 		}
 		c.statusChanged(ctx, stored) // before the redriven step's own events
-		if err := c.publish(ctx, stored, fmt.Sprintf("%s:%d:redrive%d", stored.ID, stored.Step, stored.Redrives)); err != nil {
+		if err := c.publishRedrive(ctx, stored); err != nil {
 			return stored, fmt.Errorf("run %s set running but its step was not published; the scheduler's stuck-run repair will publish it: %w", id, err)
 		}
 		return stored, nil
 	}
+}
+
+// publishRedrive publishes the step a redriven run died in, or, at the
+// join of a fan-out, its branches without a checkpoint (or the join when
+// all have one: a branch retried meanwhile may have committed after all,
+// and a join can die on its own).
+func (c *Client) publishRedrive(ctx context.Context, run checkpoint.Run) error {
+	fan, done, err := c.fanOutAt(ctx, run)
+	if err != nil {
+		return err
+	}
+	suffix := ":redrive" + strconv.Itoa(run.Redrives)
+	if fan != nil {
+		_, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, suffix)
+		return err
+	}
+	return c.publish(ctx, run, queue.MsgID(run.ID, run.Step)+suffix)
 }
 
 // DeadLetters lists the dead-letter stream, oldest first.

@@ -59,14 +59,54 @@ func DLQSubject(workflow, run string) string { return dlqPrefix + workflow + "."
 // MsgID is the Nats-Msg-Id of the regular publish of step n of run.
 func MsgID(run string, n int) string { return run + ":" + strconv.Itoa(n) }
 
+// BranchMsgID is the Nats-Msg-Id of the regular publish of branch i of
+// the fan-out whose join is step n: "<run>:<n>.<i>".
+func BranchMsgID(run string, n, i int) string { return MsgID(run, n) + "." + strconv.Itoa(i) }
+
+// JoinMsgID is the Nats-Msg-Id of the join's publish by the branch that
+// found every branch of its fan-out committed: "<run>:<n>:join". It is
+// not MsgID(run, n): a message for step n published early under that id
+// would make the stream drop the join as a duplicate.
+func JoinMsgID(run string, n int) string { return MsgID(run, n) + ":join" }
+
 // StepMsg is the body of a step message. The checkpoint store, not the
-// message, is the truth: a message only says "look at step n of run R".
+// message, is the truth: a message only says "look at step n of run R",
+// or "look at branch i of the fan-out whose join is step n".
 type StepMsg struct {
 	RunID    string `json:"run_id"`
 	Workflow string `json:"workflow"`
-	Step     int    `json:"step"`
+	// Step is the step to run; 0 in a branch's message, so that a worker
+	// that does not know branches refuses it as malformed instead of
+	// taking it for the join.
+	Step int `json:"step"`
+	// BranchOf is the join step of the fan-out a branch belongs to.
+	BranchOf int `json:"branch_of,omitempty"`
+	// Branch is the branch's index in its fan-out, from 1.
+	Branch int `json:"branch,omitempty"`
 	// Name is informational (the step name when published).
 	Name string `json:"name,omitempty"`
+}
+
+// BranchStep returns the message of branch i of the fan-out whose join is
+// step n of run.
+func BranchStep(run checkpoint.Run, n, i int, name string) StepMsg {
+	return StepMsg{RunID: run.ID, Workflow: run.Workflow, BranchOf: n, Branch: i, Name: name}
+}
+
+// At is the step the message is about: Step, or the join step of a branch.
+func (m StepMsg) At() int {
+	if m.Branch > 0 {
+		return m.BranchOf
+	}
+	return m.Step
+}
+
+// Label names the step ("5") or the branch ("5.3") in logs and errors.
+func (m StepMsg) Label() string {
+	if m.Branch > 0 {
+		return strconv.Itoa(m.BranchOf) + "." + strconv.Itoa(m.Branch)
+	}
+	return strconv.Itoa(m.Step)
 }
 
 // ErrMalformed: a step message that can't be decoded or names nothing valid.
@@ -84,8 +124,13 @@ func DecodeStep(subject string, data []byte) (StepMsg, error) {
 	if !checkpoint.ValidID(m.Workflow) {
 		return m, fmt.Errorf("%w: workflow %q", ErrMalformed, m.Workflow)
 	}
-	if m.Step < 1 {
-		return m, fmt.Errorf("%w: step %d", ErrMalformed, m.Step)
+	switch {
+	case m.Branch == 0 && m.BranchOf == 0:
+		if m.Step < 1 {
+			return m, fmt.Errorf("%w: step %d", ErrMalformed, m.Step)
+		}
+	case m.Step != 0 || m.BranchOf < 2 || m.Branch < 1 || m.Branch > checkpoint.MaxBranches:
+		return m, fmt.Errorf("%w: branch %d of the fan-out joined at step %d (step %d): a branch message has step 0, branch_of at least 2 and branch 1-%d", ErrMalformed, m.Branch, m.BranchOf, m.Step, checkpoint.MaxBranches)
 	}
 	if subject != "" && subject != StepSubject(m.Workflow, m.RunID) {
 		return m, fmt.Errorf("%w: body names %s/%s but subject is %s", ErrMalformed, m.Workflow, m.RunID, subject)
@@ -270,9 +315,46 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID s
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	ack, err := js.PublishMsg(ctx, msg)
 	if err != nil {
-		return false, fmt.Errorf("publish step %s:%d: %w", m.RunID, m.Step, err)
+		return false, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), err)
 	}
 	return !ack.Duplicate, nil
+}
+
+// PublishSteps publishes step messages ms, ms[k] under ids[k], at once
+// (async publish), and waits for every PubAck. It says how many the stream
+// took as new. On an error some may have been published: publishing them
+// again is deduplicated by id.
+func PublishSteps(ctx context.Context, js jetstream.JetStream, ms []StepMsg, ids []string) (int, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(ms))
+	var errs []error
+	for k, m := range ms {
+		data, err := json.Marshal(m)
+		if err != nil {
+			return 0, err
+		}
+		msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgIDHeader, ids[k])
+		f, err := js.PublishMsgAsync(msg)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), err))
+			break
+		}
+		futures = append(futures, f)
+	}
+	fresh := 0
+	for k, f := range futures {
+		select {
+		case ack := <-f.Ok():
+			if !ack.Duplicate {
+				fresh++
+			}
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publish step %s:%s: %w", ms[k].RunID, ms[k].Label(), err))
+		case <-ctx.Done():
+			return fresh, fmt.Errorf("publish %d step messages: %w", len(ms), ctx.Err())
+		}
+	}
+	return fresh, errors.Join(errs...)
 }
 
 // DeadLetter is the body of a dead-letter message.
@@ -299,4 +381,32 @@ func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter
 		return fmt.Errorf("publish dead letter %s:%d: %w", d.RunID, d.Step, err)
 	}
 	return nil
+}
+
+// PublishFanOut publishes what the fan-out committed at checkpoint fan
+// waits for, run being at its join (step fan.Step+1): the messages of the
+// branches that have no checkpoint among done, or the join's message when
+// every branch has one. suffix follows the message ids: "" for the
+// publish after the fan-out's commit, the join's publish by its last
+// branch and their replays (deduplicated), a repair's or a redrive's own
+// otherwise. It says how many messages the stream took as new.
+func PublishFanOut(ctx context.Context, js jetstream.JetStream, run checkpoint.Run, fan checkpoint.Checkpoint, done []checkpoint.Checkpoint, suffix string) (int, error) {
+	join := fan.Step + 1
+	have := make(map[int]bool, len(done))
+	for _, cp := range done {
+		have[cp.Branch] = true
+	}
+	var ms []StepMsg
+	var ids []string
+	for k, b := range fan.FanOut.Branches {
+		if !have[k+1] {
+			ms = append(ms, BranchStep(run, join, k+1, b.Step))
+			ids = append(ids, BranchMsgID(run.ID, join, k+1)+suffix)
+		}
+	}
+	if len(ms) == 0 {
+		ms = []StepMsg{{RunID: run.ID, Workflow: run.Workflow, Step: join, Name: fan.Next}}
+		ids = []string{JoinMsgID(run.ID, join) + suffix}
+	}
+	return PublishSteps(ctx, js, ms, ids)
 }

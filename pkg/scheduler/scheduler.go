@@ -278,7 +278,7 @@ func (s *Scheduler) Repair(ctx context.Context) {
 					s.log.Warn().Str("run_id", run.ID).Time("deadline", run.Wait.Deadline).Msg("overdue wait was not indexed; indexed again")
 				}
 			case run.Status == checkpoint.StatusRunning && now.Sub(run.UpdatedAt) > s.cfg.StuckAfter:
-				published, err := s.cfg.Client.Repair(ctx, run)
+				published, err := s.cfg.Client.Repair(ctx, run, now.Add(-s.cfg.StuckAfter))
 				if err != nil {
 					s.c.errors.Add(1)
 					s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair stuck run")

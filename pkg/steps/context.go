@@ -29,6 +29,12 @@ type ContextConfig struct {
 	Version  int
 	Step     int
 	StepName string
+	// Branch is i when the context runs branch i of the fan-out whose join
+	// is Step, 0 in a step.
+	Branch int
+	// BranchOutputs are the outputs of the branches a join step follows,
+	// in branch order; nil in any other step.
+	BranchOutputs []json.RawMessage
 	// Attempt is the delivery of this step (1 = first).
 	Attempt int
 	// Journal holds calls recorded by earlier attempts of this step.
@@ -114,10 +120,19 @@ func (s *Context) StepName() string { return s.cfg.StepName }
 // Attempt is the delivery of this step, 1 on the first.
 func (s *Context) Attempt() int { return s.cfg.Attempt }
 
-// IdempotencyKey is the key for this step's side effect: "<run>:step<n>". It
-// names the logical step, never the attempt, so a retry presents the same key.
+// Branch is i in branch i of a fan-out, 0 in a step.
+func (s *Context) Branch() int { return s.cfg.Branch }
+
+// IdempotencyKey is the key for this step's side effect: "<run>:step<n>",
+// and "<run>:step<n>.<i>" in branch i of the fan-out whose join is step n.
+// It names the logical step, never the attempt, so a retry presents the
+// same key.
 func (s *Context) IdempotencyKey() string {
-	return s.cfg.RunID + ":step" + strconv.Itoa(s.cfg.Step)
+	key := s.cfg.RunID + ":step" + strconv.Itoa(s.cfg.Step)
+	if s.cfg.Branch > 0 {
+		key += "." + strconv.Itoa(s.cfg.Branch)
+	}
+	return key
 }
 
 // Key is the idempotency key of one of several effects of this step:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // Kind says what a step decided.
@@ -21,6 +23,9 @@ const (
 	KindWait
 	// KindSleep: commit the state, then go to a named step at a given time.
 	KindSleep
+	// KindFanOut: commit the state, run branches in parallel, then the
+	// join step with their outputs.
+	KindFanOut
 )
 
 func (k Kind) String() string {
@@ -35,19 +40,22 @@ func (k Kind) String() string {
 		return "wait"
 	case KindSleep:
 		return "sleep"
+	case KindFanOut:
+		return "fan-out"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
 // Outcome is what a step returns: where the run goes next and with which state.
-// Build one with Next, Complete, Fail, Park or SleepUntil.
+// Build one with Next, Complete, Fail, Park, SleepUntil or FanOut.
 type Outcome[S any] struct {
-	kind   Kind
-	next   string
-	state  S
-	reason string
-	wait   *ApprovalRequest
-	until  time.Time
+	kind     Kind
+	next     string
+	state    S
+	reason   string
+	wait     *ApprovalRequest
+	until    time.Time
+	branches []Branch
 }
 
 // Next moves the run to the step named step with state. The name may be chosen
@@ -93,6 +101,8 @@ type Result struct {
 	Wait   *ApprovalRequest
 	// Until is when a sleeping run wakes.
 	Until time.Time
+	// Branches of a fan-out, their inputs encoded; Next is the join.
+	Branches []checkpoint.Branch
 }
 
 // Expiry policies for approvals nobody answers.

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // StepFunc is one step of a workflow over state S. It receives the state the
@@ -36,9 +38,11 @@ type Caps struct {
 // WithRetry sets the step's retry policy.
 func WithRetry(p RetryPolicy) StepOption { return func(c *stepConfig) { c.retry = p } }
 
+// stepDef is a step (fn) or a branch step (branch).
 type stepDef[S any] struct {
-	fn  StepFunc[S]
-	cfg stepConfig
+	fn     StepFunc[S]
+	branch func(ctx context.Context, s *Context, input json.RawMessage) (json.RawMessage, error)
+	cfg    stepConfig
 }
 
 // Workflow is a named, versioned set of steps over state S. Names are
@@ -75,26 +79,31 @@ func New[S any](name string, version int) *Workflow[S] {
 
 // Step adds a step. The first step added is where runs start.
 func (w *Workflow[S]) Step(name string, fn StepFunc[S], opts ...StepOption) *Workflow[S] {
+	if fn == nil {
+		w.errs = append(w.errs, fmt.Errorf("workflow %s: step %q has no function", w.name, name))
+	}
+	w.add(name, stepDef[S]{fn: fn}, opts)
+	if w.first == "" {
+		w.first = name
+	}
+	return w
+}
+
+// add adds step or branch step d under name.
+func (w *Workflow[S]) add(name string, d stepDef[S], opts []StepOption) {
 	if !ValidName(name) {
 		w.errs = append(w.errs, fmt.Errorf("workflow %s: step name %q: use 1-64 letters, digits, '-' or '_'", w.name, name))
 	}
 	if _, dup := w.steps[name]; dup {
 		w.errs = append(w.errs, fmt.Errorf("workflow %s: step %q defined twice", w.name, name))
 	}
-	if fn == nil {
-		w.errs = append(w.errs, fmt.Errorf("workflow %s: step %q has no function", w.name, name))
-	}
-	cfg := stepConfig{retry: DefaultRetry}
+	d.cfg = stepConfig{retry: DefaultRetry}
 	for _, o := range opts {
-		o(&cfg)
+		o(&d.cfg)
 	}
-	cfg.retry = cfg.retry.withDefaults()
-	w.steps[name] = stepDef[S]{fn: fn, cfg: cfg}
+	d.cfg.retry = d.cfg.retry.withDefaults()
+	w.steps[name] = d
 	w.order = append(w.order, name)
-	if w.first == "" {
-		w.first = name
-	}
-	return w
 }
 
 // Init sets how the run's input becomes the first state. By default the
@@ -165,7 +174,7 @@ var ErrBadState = errors.New("state does not decode")
 // The engine calls it; workflow authors don't need to.
 func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, state json.RawMessage, first bool) (Result, error) {
 	d, ok := w.steps[name]
-	if !ok {
+	if !ok || d.fn == nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s v%d: %w %q", w.name, w.version, ErrUnknownStep, name))
 	}
 	var st S
@@ -184,11 +193,17 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		return Result{}, err
 	}
 	if out.kind == 0 {
-		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park or SleepUntil", w.name, name))
+		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park, SleepUntil or FanOut", w.name, name))
 	}
 	if out.kind == KindNext || out.kind == KindSleep {
-		if _, ok := w.steps[out.next]; !ok {
+		if d, ok := w.steps[out.next]; !ok || d.fn == nil {
 			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: next %w %q", w.name, name, ErrUnknownStep, out.next))
+		}
+	}
+	var branches []checkpoint.Branch
+	if out.kind == KindFanOut {
+		if branches, err = w.fanOut(name, out.next, out.branches); err != nil {
+			return Result{}, Permanent(err)
 		}
 	}
 	if out.kind == KindWait {
@@ -202,7 +217,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	if err != nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: encode state: %w", w.name, name, err))
 	}
-	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait, Until: out.until}, nil
+	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait, Until: out.until, Branches: branches}, nil
 }
 
 // Definition is a workflow as the engine sees it, whatever its state type.
@@ -218,6 +233,9 @@ type Definition interface {
 	// Execute runs a step. first is set for the run's first step, whose
 	// state is the run input.
 	Execute(ctx context.Context, s *Context, step string, state json.RawMessage, first bool) (Result, error)
+	// ExecuteBranch runs a branch step of a fan-out on its input and
+	// returns its output.
+	ExecuteBranch(ctx context.Context, s *Context, step string, input json.RawMessage) (json.RawMessage, error)
 }
 
 // Registry holds the workflows a worker runs, by name and version.

@@ -33,7 +33,10 @@ const (
 type Delivery struct {
 	RunID    string
 	Workflow string
-	Step     int
+	// Step is the step of the message, the join step for a branch.
+	Step int
+	// Branch is i for branch i of the fan-out joined at Step, 0 for a step.
+	Branch int
 	// Attempt is the server's delivery count of the message: 1 the first time.
 	Attempt int
 }
@@ -60,7 +63,7 @@ func (w *Worker) at(ctx context.Context, b Boundary, d *delivery) {
 	if len(w.cfg.Hooks) == 0 {
 		return
 	}
-	hd := Delivery{RunID: d.m.RunID, Workflow: d.m.Workflow, Step: d.m.Step, Attempt: d.attempt}
+	hd := Delivery{RunID: d.m.RunID, Workflow: d.m.Workflow, Step: d.m.At(), Branch: d.m.Branch, Attempt: d.attempt}
 	for _, h := range w.cfg.Hooks {
 		h.At(ctx, b, hd)
 	}

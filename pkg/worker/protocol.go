@@ -38,10 +38,10 @@ func (w *Worker) transientDelay(attempt int) time.Duration {
 	return min(d, 30*time.Second)
 }
 
-// retryOf is the retry policy of the step at the run's cursor.
-func (w *Worker) retryOf(run checkpoint.Run) steps.RetryPolicy {
+// retryOf is the retry policy of step (or branch step) name of run's workflow.
+func (w *Worker) retryOf(run checkpoint.Run, name string) steps.RetryPolicy {
 	if def, ok := w.cfg.Registry.Lookup(run.Workflow, run.Version); ok {
-		return def.Retry(run.StepName)
+		return def.Retry(name)
 	}
 	return steps.DefaultRetry
 }
@@ -125,6 +125,9 @@ type delivery struct {
 	attempt int
 	log     zerolog.Logger
 	start   time.Time
+	// name is the step the delivery runs: the run's step at the cursor,
+	// or the branch step of a branch. Set once the run is loaded.
+	name string
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
@@ -142,7 +145,11 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	d.m = m
-	d.log = w.log.With().Str("run_id", m.RunID).Int("step", m.Step).Str("workflow", m.Workflow).Int("attempt", d.attempt).Logger()
+	lc := w.log.With().Str("run_id", m.RunID).Int("step", m.At()).Str("workflow", m.Workflow).Int("attempt", d.attempt)
+	if m.Branch > 0 {
+		lc = lc.Int("branch", m.Branch)
+	}
+	d.log = lc.Logger()
 	ctx = d.log.WithContext(ctx)
 	// The delivery is kept alive from here until it is acked or handed
 	// back, not only while the step body runs: a slow load, commit or
@@ -152,6 +159,10 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	hb := startHeartbeat(msg, w.heartbeat)
 	defer hb.stop()
 	d.msg = settling{Msg: msg, hb: hb}
+	if m.Branch > 0 {
+		w.branch(ctx, d)
+		return
+	}
 	w.step(ctx, d)
 }
 
@@ -203,7 +214,23 @@ func outcomeOf(s checkpoint.Status) string {
 // continueAfter publishes step cp.Step+1 if run is still running at that
 // step, then acks. Used after a commit and for replays of committed steps.
 func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
-	if run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
+	if cp.FanOut != nil && run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
+		// The step fanned out: its branches go on, or the join when all
+		// are in. Never a message for step n+1 under its own id.
+		var done []checkpoint.Checkpoint
+		if outcome != "committed" { // a fresh commit has no branch done yet
+			var err error
+			if done, err = w.cfg.Store.BranchCheckpoints(ctx, run.ID, run.Step, len(cp.FanOut.Branches)); err != nil {
+				w.retryTransient(d, "read branches", err)
+				return
+			}
+		}
+		if _, err := queue.PublishFanOut(ctx, w.cfg.JetStream, run, cp, done, ""); err != nil {
+			w.retryTransient(d, "publish branches", err)
+			return
+		}
+		w.at(ctx, AfterPublish, d)
+	} else if run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
 		next := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
 		id := queue.MsgID(run.ID, run.Step)
 		if outcome == "committed" {
@@ -309,11 +336,11 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 
 // stepFailed applies the step's retry policy to an error from its body.
 func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definition, run checkpoint.Run, sctx *steps.Context, err error) {
-	policy := def.Retry(run.StepName)
+	policy := def.Retry(d.name)
 	switch {
 	case errors.Is(err, steps.ErrJournalMismatch) || sctx.JournalMismatch():
 		d.log.Error().Err(err).Msg("journal mismatch: the step made a recorded call with different arguments")
-		w.cfg.Metrics.JournalMismatch(run.Workflow, run.StepName)
+		w.cfg.Metrics.JournalMismatch(run.Workflow, d.name)
 		w.deadLetter(ctx, d, run, err.Error())
 	case steps.IsPermanent(err):
 		w.deadLetter(ctx, d, run, err.Error())
@@ -324,27 +351,43 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 	case ctx.Err() != nil:
 		// Shutdown cancelled the step: hand it back for another worker.
 		_ = d.msg.Nak()
-		w.done(run.Workflow, run.StepName, "error", d)
+		w.done(run.Workflow, d.name, "error", d)
 	default:
 		// Failures of the body are counted in the store, not by deliveries:
 		// redeliveries after crashes or store outages are not the step's
 		// failures and must not use up its attempts.
-		failures, ferr := w.cfg.Store.RecordFailure(ctx, run.ID, d.m.Step, checkpoint.Failure{Attempt: d.attempt, Error: err.Error(), At: time.Now().UTC()})
+		f := checkpoint.Failure{Attempt: d.attempt, Error: err.Error(), At: time.Now().UTC()}
+		var failures int
+		var ferr error
+		if d.m.Branch > 0 {
+			failures, ferr = w.cfg.Store.RecordBranchFailure(ctx, run.ID, d.m.BranchOf, d.m.Branch, f)
+		} else {
+			failures, ferr = w.cfg.Store.RecordFailure(ctx, run.ID, d.m.Step, f)
+		}
 		if ferr != nil {
 			w.retryTransient(d, "record failure", ferr)
 			return
 		}
 		// A redrive grants the step a fresh set of attempts.
 		if failures >= policy.Attempts*(run.Redrives+1) {
-			w.deadLetter(ctx, d, run, fmt.Sprintf("step %s failed %d times: %v", run.StepName, failures, err))
+			w.deadLetter(ctx, d, run, fmt.Sprintf("%s failed %d times: %v", w.what(d), failures, err))
 			return
 		}
 		delay := policy.Delay(failures)
 		w.c.retried.Add(1)
 		d.log.Warn().Err(err).Dur("retry_in", delay).Int("failures", failures).Int("attempts", policy.Attempts).Msg("step failed; will retry")
 		_ = d.msg.NakWithDelay(delay)
-		w.done(run.Workflow, run.StepName, "retry", d)
+		w.done(run.Workflow, d.name, "retry", d)
 	}
+}
+
+// what names the delivery's step for people: "step pay", or "branch 3
+// (pay) of the fan-out joined at step 4".
+func (w *Worker) what(d *delivery) string {
+	if d.m.Branch > 0 {
+		return fmt.Sprintf("branch %d (%s) of the fan-out joined at step %d", d.m.Branch, d.name, d.m.BranchOf)
+	}
+	return "step " + d.name
 }
 
 // deadLetter marks the run dead, publishes the dead letter and acks. The
@@ -353,8 +396,15 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
 	next := run
 	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
+	next.FailedBranch = d.m.Branch
 	stored, err := w.cfg.Store.UpdateRun(ctx, next)
 	if err != nil {
+		if errors.Is(err, checkpoint.ErrConflict) && d.m.Branch > 0 {
+			// The run moved (the join ran, a cancel): the redelivery reads
+			// where it is.
+			w.retryTransient(d, "mark dead", err)
+			return
+		}
 		if errors.Is(err, checkpoint.ErrConflict) {
 			w.afterLostCommit(ctx, d)
 			return
@@ -363,7 +413,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 		return
 	}
 	w.c.dead.Add(1)
-	w.cfg.Metrics.DeadLettered(run.Workflow, run.StepName)
+	w.cfg.Metrics.DeadLettered(run.Workflow, d.name)
 	w.statusChanged(ctx, stored)
 	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
 	w.publishDeadLetter(ctx, d, stored)
@@ -371,13 +421,13 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 
 // publishDeadLetter publishes the dead letter of a dead run and acks.
 func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, run checkpoint.Run) {
-	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.Step, StepName: run.StepName, Reason: run.Error, Attempt: d.attempt, At: run.UpdatedAt}
+	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.At(), StepName: run.StepName, Reason: run.Error, Attempt: d.attempt, At: run.UpdatedAt}
 	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl, fmt.Sprintf("%d.%d", run.Resumes, run.Redrives)); err != nil {
 		w.retryTransient(d, "dead letter", err)
 		return
 	}
 	w.ack(d)
-	w.done(run.Workflow, run.StepName, "dead", d)
+	w.done(run.Workflow, d.name, "dead", d)
 }
 
 func (w *Worker) ackStale(d *delivery, step string) {
@@ -432,12 +482,13 @@ func (w *Worker) reportCommit(run checkpoint.Run, cp checkpoint.Checkpoint, size
 }
 
 // effectTool names the tool of an effect key for metrics: "<name>" of
-// "<run>:step<n>:<name>", the step name for the step's own key, "other"
+// "<run>:step<n>:<name>", the step name for the step's own key or a
+// branch's ("<run>:step<n>.<i>", stepName then the branch step's), "other"
 // for a key of another form (never the key itself: it holds the run id).
 func effectTool(key, run string, step int, stepName string) string {
 	own := run + ":step" + strconv.Itoa(step)
 	switch {
-	case key == own:
+	case key == own, strings.HasPrefix(key, own+"."): // a step's key, a branch's
 		return stepName
 	case strings.HasPrefix(key, own+":"):
 		return key[len(own)+1:]
@@ -532,7 +583,13 @@ func (r recorder) RecordCall(ctx context.Context, rec checkpoint.CallRecord) (ch
 	r.w.at(ctx, AfterCall, r.d)
 	name := rec.Name
 	rec.Name = genPrefix(r.gen) + name
-	stored, err := r.w.cfg.Store.RecordCall(ctx, r.d.m.RunID, r.d.m.Step, rec)
+	var stored checkpoint.CallRecord
+	var err error
+	if m := r.d.m; m.Branch > 0 {
+		stored, err = r.w.cfg.Store.RecordBranchCall(ctx, m.RunID, m.BranchOf, m.Branch, rec)
+	} else {
+		stored, err = r.w.cfg.Store.RecordCall(ctx, m.RunID, m.Step, rec)
+	}
 	if err == nil && string(stored.Result) == string(rec.Result) && stored.ArgsSHA256 == rec.ArgsSHA256 {
 		r.w.at(ctx, AfterRecord, r.d)
 	}

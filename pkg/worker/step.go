@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -59,14 +60,7 @@ func (w *Worker) load(ctx context.Context, d *delivery) (snap checkpoint.Snapsho
 		snap, err = w.cfg.Store.Load(ctx, m.RunID, m.Step)
 	}
 	if errors.Is(err, checkpoint.ErrNotFound) {
-		// A replica may not have the run yet: retry a few times first.
-		if d.attempt < aheadRetries {
-			_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
-			w.done(m.Workflow, "", "error", d)
-			return snap, sticky, false
-		}
-		d.log.Warn().Msg("step message for an unknown run: acked as stale")
-		w.ackStale(d, "")
+		w.unknownRun(d)
 		return snap, sticky, false
 	}
 	if err != nil {
@@ -100,9 +94,17 @@ func (w *Worker) check(ctx context.Context, d *delivery, snap *checkpoint.Snapsh
 	switch {
 	case run.Status == checkpoint.StatusRunning && run.Step == m.Step+1:
 		// Checkpoint n read as missing while the run is past it: the reads
-		// raced a commit. Make sure n+1 is published before acking n.
+		// raced a commit. Make sure n+1 is published before acking n, or
+		// the branches if step n fanned out: read checkpoint n again.
 		w.c.replayed.Add(1)
-		cp := checkpoint.Checkpoint{RunID: run.ID, Step: m.Step, Name: run.StepName}
+		cp, err := w.cfg.Store.Checkpoint(ctx, run.ID, m.Step)
+		if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+			w.retryTransient(d, "load", err)
+			return false
+		}
+		if err != nil {
+			cp = checkpoint.Checkpoint{RunID: run.ID, Step: m.Step, Name: run.StepName}
+		}
 		w.continueAfter(ctx, d, run, cp, "replayed")
 		return false
 	case run.Status == checkpoint.StatusRunning && run.Step < m.Step:
@@ -132,10 +134,13 @@ func (w *Worker) check(ctx context.Context, d *delivery, snap *checkpoint.Snapsh
 // admit finds the workflow definition that runs the step at run's cursor,
 // unless the step has been delivered too often or the run reached a cap.
 func (w *Worker) admit(ctx context.Context, d *delivery, run checkpoint.Run) (steps.Definition, bool) {
-	if fuse := max(3*w.retryOf(run).Attempts, minDeliveryFuse); d.attempt > fuse {
+	if d.name == "" {
+		d.name = run.StepName
+	}
+	if fuse := max(3*w.retryOf(run, d.name).Attempts, minDeliveryFuse); d.attempt > fuse {
 		// Deliveries that never finish (a step that kills its worker, or
 		// hangs past every timeout) would bounce round the fleet forever.
-		w.deadLetter(ctx, d, run, fmt.Sprintf("step %s delivered %d times without finishing (does it crash or hang its worker?)", run.StepName, d.attempt-1))
+		w.deadLetter(ctx, d, run, fmt.Sprintf("%s delivered %d times without finishing (does it crash or hang its worker?)", w.what(d), d.attempt-1))
 		return nil, false
 	}
 	def, ok := w.cfg.Registry.Lookup(run.Workflow, run.Version)
@@ -165,16 +170,26 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		}
 		state = snap.Previous.State
 	}
+	var outputs []json.RawMessage
+	var branchSpend float64
+	if snap.Previous != nil && snap.Previous.FanOut != nil {
+		if outputs, branchSpend, ok = w.gate(ctx, d, run, snap.Previous); !ok {
+			return nil, res, 0, false
+		}
+	}
 	w.at(ctx, BeforeStep, d)
 	sctx = steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
-		Journal:   journalOf(snap.Journal, run.Resumes),
-		Recorder:  recorder{w: w, d: d, gen: run.Resumes},
-		Approvals: approvalsFor(run, m.Step),
-		Heartbeat: func() { _ = d.msg.InProgress() },
-		BlobStore: w.cfg.Blobs,
+		BranchOutputs: outputs,
+		Journal:       journalOf(snap.Journal, run.Resumes),
+		Recorder:      recorder{w: w, d: d, gen: run.Resumes},
+		Approvals:     approvalsFor(run, m.Step),
+		Heartbeat:     func() { _ = d.msg.InProgress() },
+		BlobStore:     w.cfg.Blobs,
 	})
+	// The join's commit counts what its branches spent, once.
+	sctx.Spend(branchSpend)
 	began := time.Now()
 	res, err := w.execute(ctx, d, def, sctx, run.StepName, state, m.Step == 1)
 	took = time.Since(began)
@@ -252,6 +267,12 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 	case steps.KindFail:
 		cp.Status, cp.Error = checkpoint.StatusFailed, res.Reason
 		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
+	case steps.KindFanOut:
+		// Committed like a step that goes on to the join; the branches
+		// run first (continueAfter publishes them).
+		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
+		cp.FanOut = &checkpoint.FanOut{Branches: res.Branches}
+		next.Step, next.StepName = m.Step+1, res.Next
 	case steps.KindSleep:
 		// Committed like a step that goes on, but the run waits for its
 		// timer instead of publishing the next step.

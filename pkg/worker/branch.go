@@ -1,0 +1,200 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// branch runs the protocol for the delivery of branch i of the fan-out
+// whose join is step n (docs/design-parallel.md): load the run, the
+// fan-out and the branch's checkpoint; run the branch body with the key
+// "<run>:step<n>.<i>"; commit the branch's checkpoint, first writer wins;
+// publish the join if every branch is in; ack.
+func (w *Worker) branch(ctx context.Context, d *delivery) {
+	m := d.m
+	n, i := m.BranchOf, m.Branch
+	snap, err := w.cfg.Store.LoadBranch(ctx, m.RunID, n, i)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		w.unknownRun(d)
+		return
+	}
+	if err != nil {
+		w.retryTransient(d, "load", err)
+		return
+	}
+	run, fan := snap.Run, snap.Previous
+	if fan == nil || fan.FanOut == nil || i > len(fan.FanOut.Branches) {
+		// No fan-out with this branch at step n-1: a message ahead of its
+		// run's store, or one of a fan-out that does not exist.
+		if run.Status == checkpoint.StatusRunning && run.Step < n && d.attempt < aheadRetries {
+			_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
+			w.done(run.Workflow, "", "error", d)
+			return
+		}
+		d.log.Warn().Int("run_step", run.Step).Msg("branch message of no fan-out: acked as stale")
+		w.ackStale(d, "")
+		return
+	}
+	d.name = fan.FanOut.Branches[i-1].Step
+	if snap.Current != nil {
+		// Done before: count again and publish the join if all are in
+		// (its writer may have died before it could).
+		w.c.replayed.Add(1)
+		w.branchCommitted(ctx, d, run, *fan, *snap.Current, "replayed")
+		return
+	}
+	switch {
+	case run.Status == checkpoint.StatusRunning && run.Step == n:
+	case run.Status == checkpoint.StatusRunning && run.Step < n && d.attempt < aheadRetries:
+		_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
+		w.done(run.Workflow, d.name, "error", d)
+		return
+	case run.Status == checkpoint.StatusDead && run.Step == n && run.FailedBranch == i:
+		// This branch sent the run to the dead letters; the letter may not
+		// have been published before a crash.
+		w.publishDeadLetter(ctx, d, run)
+		return
+	default:
+		// The run went on, ended, died in another branch or was cancelled:
+		// a queued branch does nothing more.
+		w.ackStale(d, d.name)
+		return
+	}
+	def, ok := w.admit(ctx, d, run)
+	if !ok {
+		return
+	}
+	w.runBranch(ctx, d, def, run, *fan, snap.Journal)
+}
+
+// unknownRun settles a delivery whose run the store does not know: a
+// replica may not have it yet, so it is retried a few times first.
+func (w *Worker) unknownRun(d *delivery) {
+	if d.attempt < aheadRetries {
+		_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
+		w.done(d.m.Workflow, "", "error", d)
+		return
+	}
+	d.log.Warn().Msg("step message for an unknown run: acked as stale")
+	w.ackStale(d, "")
+}
+
+// runBranch runs the branch body and commits its checkpoint.
+func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definition, run checkpoint.Run, fan checkpoint.Checkpoint, journal []checkpoint.CallRecord) {
+	m := d.m
+	b := fan.FanOut.Branches[m.Branch-1]
+	w.at(ctx, BeforeStep, d)
+	sctx := steps.NewContext(steps.ContextConfig{
+		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
+		Step: m.BranchOf, Branch: m.Branch, StepName: b.Step, Attempt: d.attempt,
+		Journal:   journalOf(journal, run.Resumes),
+		Recorder:  recorder{w: w, d: d, gen: run.Resumes},
+		Heartbeat: func() { _ = d.msg.InProgress() },
+		BlobStore: w.cfg.Blobs,
+	})
+	began := time.Now()
+	out, err := w.executeBranch(ctx, def, sctx, b)
+	took := time.Since(began)
+	if err != nil {
+		w.stepFailed(ctx, d, def, run, sctx, err)
+		return
+	}
+	cp := checkpoint.Checkpoint{
+		RunID: run.ID, Step: m.BranchOf, Branch: m.Branch, Name: b.Step, State: out,
+		Status: checkpoint.StatusRunning, Gen: run.Resumes, Journal: sctx.Calls(), Effects: sctx.Effects(),
+		Attempt: d.attempt, At: time.Now().UTC(), Spend: sctx.Spent(),
+		DurationMS: float64(took.Microseconds()) / 1000,
+	}
+	size := cp.Size()
+	warn, err := w.cfg.Budget.Check(run.ID, m.BranchOf, size)
+	if err != nil {
+		w.deadLetter(ctx, d, run, err.Error())
+		return
+	}
+	if warn {
+		d.log.Warn().Int("bytes", size).Msg("branch checkpoint over the warning size")
+	}
+	w.branchCommitted(ctx, d, run, fan, cp, "committed")
+}
+
+// executeBranch runs a branch body under the step timeout.
+func (w *Worker) executeBranch(ctx context.Context, def steps.Definition, sctx *steps.Context, b checkpoint.Branch) (out json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("branch %s panicked: %v", b.Step, p)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.StepTimeout)
+	defer cancel()
+	return def.ExecuteBranch(ctx, sctx, b.Step, b.Input)
+}
+
+// branchCommitted commits cp, the branch's checkpoint (again, when it is
+// the one stored: the store then only counts), and publishes the join
+// when the count says every branch of the fan-out is in and the run still
+// waits at the join. Then it acks.
+func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoint.Run, fan checkpoint.Checkpoint, cp checkpoint.Checkpoint, outcome string) {
+	count, err := w.cfg.Store.CommitBranch(ctx, cp)
+	switch {
+	case errors.Is(err, checkpoint.ErrCheckpointExists):
+		if outcome == "committed" {
+			w.c.lost.Add(1)
+			outcome = "lost"
+			d.log.Info().Msg("branch commit lost; continuing with the stored result")
+		}
+	case err != nil:
+		w.retryTransient(d, "commit branch", err)
+		return
+	case outcome == "committed":
+		w.c.committed.Add(1)
+		w.cfg.Metrics.CheckpointCommitted(run.Workflow, cp.Name, cp.Size(), 0)
+		d.log.Info().Str("name", cp.Name).Int("branches_done", count).Int("branches", len(fan.FanOut.Branches)).Msg("branch committed")
+		w.at(ctx, AfterCheckpoint, d)
+	}
+	if count == len(fan.FanOut.Branches) && run.Status == checkpoint.StatusRunning && run.Step == cp.Step {
+		// Every branch is in: publish the join, once per fan-out (its id
+		// dedupes the other writers that count them all).
+		join := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: cp.Step, Name: fan.Next}
+		if _, err := queue.PublishStep(ctx, w.cfg.JetStream, join, queue.JoinMsgID(run.ID, cp.Step)); err != nil {
+			w.retryTransient(d, "publish join", err)
+			return
+		}
+		d.log.Info().Msg("all branches in; join published")
+		w.at(ctx, AfterPublish, d)
+	}
+	w.ack(d)
+	w.done(run.Workflow, cp.Name, outcome, d)
+}
+
+// gate lets the join of the fan-out committed at checkpoint fan run only
+// when every branch's checkpoint is read from the store: join messages
+// also come from repairs, redrives and replays. It returns the branches'
+// outputs in branch order and what they spent; otherwise it acks the
+// delivery as early (the last branch publishes the join).
+func (w *Worker) gate(ctx context.Context, d *delivery, run checkpoint.Run, fan *checkpoint.Checkpoint) ([]json.RawMessage, float64, bool) {
+	total := len(fan.FanOut.Branches)
+	done, err := w.cfg.Store.BranchCheckpoints(ctx, run.ID, fan.Step+1, total)
+	if err != nil {
+		w.retryTransient(d, "read branches", err)
+		return nil, 0, false
+	}
+	if len(done) < total {
+		d.log.Info().Int("branches_done", len(done)).Int("branches", total).Msg("join before all its branches: acked; the last branch publishes it")
+		w.ackStale(d, run.StepName)
+		return nil, 0, false
+	}
+	outputs := make([]json.RawMessage, total)
+	var spend float64
+	for k, cp := range done {
+		outputs[k] = cp.State
+		spend += cp.Spend
+	}
+	return outputs, spend, true
+}

@@ -1,0 +1,209 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/test/testenv"
+	"github.com/durable-run/durable/internal/test/testfleet"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+type fanState struct {
+	Branches int      `json:"branches"`
+	Total    int      `json:"total"`
+	Keys     []string `json:"keys"`
+}
+
+type payIn struct {
+	I int `json:"i"`
+}
+
+type payOut struct {
+	Key    string `json:"key"`
+	Amount int    `json:"amount"`
+}
+
+// fanWorkflow fans out st.Branches branches of "pay", each paying i with
+// its own key through pay, then runs after (when set) and sums them in
+// "sum", calling onJoin.
+func fanWorkflow(pay func(in payIn, key string) payOut, after func(in payIn) error, onJoin func()) *steps.Workflow[fanState] {
+	return steps.New[fanState]("fan", 1).
+		Step("split", func(ctx context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
+			var bs []steps.Branch
+			for i := 1; i <= st.Branches; i++ {
+				bs = append(bs, steps.Branch{Step: "pay", Input: payIn{I: i}})
+			}
+			return steps.FanOut("sum", st, bs...), nil
+		}).
+		Branch("pay", steps.BranchFunc(func(ctx context.Context, s *steps.Context, in payIn) (payOut, error) {
+			out, err := steps.Effect(ctx, s, "pay", in, func(ctx context.Context, key string) (payOut, error) {
+				return pay(in, key), nil
+			})
+			if err == nil && after != nil {
+				err = after(in)
+			}
+			return out, err
+		}), steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond})).
+		Step("sum", func(ctx context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
+			outs, err := steps.BranchOutputs[payOut](s)
+			if err != nil {
+				return steps.Outcome[fanState]{}, err
+			}
+			if onJoin != nil {
+				onJoin()
+			}
+			for _, o := range outs {
+				st.Total += o.Amount
+				st.Keys = append(st.Keys, o.Key)
+			}
+			return steps.Complete(st), nil
+		})
+}
+
+// payments counts the effects made per key.
+type payments struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (p *payments) pay(in payIn, key string) payOut {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.calls == nil {
+		p.calls = map[string]int{}
+	}
+	p.calls[key]++
+	return payOut{Key: key, Amount: in.I}
+}
+
+// check fails unless exactly n keys were paid, each once.
+func (p *payments) check(t *testing.T, n int) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var twice []string
+	for k, c := range p.calls {
+		if c != 1 {
+			twice = append(twice, fmt.Sprintf("%s ×%d", k, c))
+		}
+	}
+	if len(twice) > 0 || len(p.calls) != n {
+		t.Fatalf("%d keys paid, want %d; paid more than once: %v", len(p.calls), n, twice)
+	}
+}
+
+// Acceptance (issue 15): a fan-out's branches run in parallel on two
+// workers, each checkpointed with its own key; the join runs once with
+// their outputs in branch order; a branch that fails after its effect is
+// retried without paying again; a replay of every step message changes
+// nothing.
+func TestFanOutJoin(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			const n = 60
+			var p payments
+			var joins atomic.Int64
+			var failed atomic.Bool
+			after := func(in payIn) error {
+				if in.I == 7 && failed.CompareAndSwap(false, true) {
+					return errors.New("ledger hiccup after the payment")
+				}
+				return nil
+			}
+			reg := steps.NewRegistry().MustRegister(fanWorkflow(p.pay, after, func() { joins.Add(1) }))
+			f := testfleet.New(t, kind)
+			f.StartWorker(reg, nil)
+			f.StartWorker(reg, nil)
+			f.Start("fan", "fan-1", fmt.Sprintf(`{"branches": %d}`, n))
+			f.WaitStatus("fan-1", checkpoint.StatusCompleted, 60*time.Second)
+			checkFanRun(t, f, "fan-1", n)
+			p.check(t, n)
+			if !failed.Load() || joins.Load() != 1 {
+				t.Fatalf("branch 7 failed: %v; the join ran %d times, want once", failed.Load(), joins.Load())
+			}
+			b7, err := f.Store.LoadBranch(context.Background(), "fan-1", 2, 7)
+			if err != nil || len(b7.Failures) != 1 || b7.Current == nil || b7.Current.Effects[0].Key != "fan-1:step2.7" || !b7.Current.Effects[0].Replayed {
+				t.Fatalf("branch 7: failures %+v, checkpoint %+v (%v): want one failure and the effect replayed from the journal", b7.Failures, b7.Current, err)
+			}
+
+			replayed := testenv.RepublishSteps(t, f.JS)
+			time.Sleep(2 * time.Second)
+			checkFanRun(t, f, "fan-1", n)
+			p.check(t, n)
+			if joins.Load() != 1 {
+				t.Fatalf("after replaying %d messages the join ran %d times", replayed, joins.Load())
+			}
+		})
+	}
+}
+
+// checkFanRun checks a completed fan run of n branches: the fan-out and
+// the join as its steps, n branch checkpoints, and the join's sum of the
+// outputs in branch order.
+func checkFanRun(t *testing.T, f *testfleet.Fleet, id string, n int) {
+	t.Helper()
+	cps := f.Checkpoints(id)
+	if len(cps) != 2 || cps[0].FanOut == nil || len(cps[0].FanOut.Branches) != n || cps[1].Status != checkpoint.StatusCompleted {
+		t.Fatalf("checkpoints %+v: want the fan-out and the join", cps)
+	}
+	branches, err := f.Store.BranchCheckpoints(context.Background(), id, 2, n)
+	if err != nil || len(branches) != n {
+		t.Fatalf("%d branch checkpoints (%v), want %d", len(branches), err, n)
+	}
+	var st fanState
+	if err := json.Unmarshal(cps[1].State, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Total != n*(n+1)/2 || len(st.Keys) != n {
+		t.Fatalf("join state %+v: want total %d over %d keys", st, n*(n+1)/2, n)
+	}
+	for i, k := range st.Keys {
+		if want := fmt.Sprintf("%s:step2.%d", id, i+1); k != want {
+			t.Fatalf("output %d has key %q, want %q (branch order)", i+1, k, want)
+		}
+	}
+}
+
+// A branch that fails for good sends the run to the dead letters naming
+// the branch; the other branches keep their checkpoints; a redrive runs
+// only what has no checkpoint, then the join, and pays nobody twice.
+func TestFanOutBranchFailsRunThenRedrive(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			const n = 8
+			var p payments
+			var broken atomic.Bool
+			broken.Store(true)
+			after := func(in payIn) error {
+				if in.I == 5 && broken.Load() {
+					return errors.New("ledger down")
+				}
+				return nil
+			}
+			reg := steps.NewRegistry().MustRegister(fanWorkflow(p.pay, after, nil))
+			f := testfleet.New(t, kind)
+			f.StartWorker(reg, nil)
+			f.Start("fan", "fan-2", fmt.Sprintf(`{"branches": %d}`, n))
+			dead := f.WaitStatus("fan-2", checkpoint.StatusDead, 60*time.Second)
+			if dead.FailedBranch != 5 || !strings.Contains(dead.Error, "branch 5 (pay)") || !strings.Contains(dead.Error, "ledger down") {
+				t.Fatalf("dead run: failed branch %d, error %q", dead.FailedBranch, dead.Error)
+			}
+			broken.Store(false)
+			if _, err := f.Client.Redrive(context.Background(), "fan-2", "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			f.WaitStatus("fan-2", checkpoint.StatusCompleted, 60*time.Second)
+			checkFanRun(t, f, "fan-2", n)
+			p.check(t, n)
+		})
+	}
+}
