@@ -3,7 +3,8 @@
 //
 //	claim-0042:7,claim-0043:6:after-effect,claim-0044:6:hang
 //
-// run:step[:point], point one of before (default; the step body has not
+// run:step[:point], or run:step.branch[:point] for branch i of the
+// fan-out joined at step (fanout-1:2.5:after-effect), point one of before (default; the step body has not
 // run), after-effect (a call returned, before it is journaled),
 // after-record (a call's result is journaled, before the checkpoint),
 // after-checkpoint (committed, before publishing the next step),
@@ -38,8 +39,8 @@ const (
 )
 
 type key struct {
-	run  string
-	step int
+	run          string
+	step, branch int
 }
 
 // Injector holds parsed crash points. The zero value and nil inject nothing.
@@ -71,10 +72,11 @@ func Parse(spec string) (*Injector, error) {
 		if err := queue.ValidateRunID(parts[0]); err != nil {
 			return nil, fmt.Errorf("crash spec %q: %w", item, err)
 		}
-		n, err := strconv.Atoi(parts[1])
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("crash spec %q: step must be a positive number", item)
+		at, err := parseAt(parts[1])
+		if err != nil {
+			return nil, fmt.Errorf("crash spec %q: %w", item, err)
 		}
+		at.run = parts[0]
 		point := Before
 		if len(parts) == 3 {
 			point = parts[2]
@@ -84,12 +86,28 @@ func Parse(spec string) (*Injector, error) {
 		default:
 			return nil, fmt.Errorf("crash spec %q: unknown point %q (before, after-effect, after-record, after-checkpoint, after-publish, hang, stop)", item, point)
 		}
-		if _, dup := in.points[key{parts[0], n}]; dup {
-			return nil, fmt.Errorf("crash spec %q: %s:%d has a fault already: one per step", item, parts[0], n)
+		if _, dup := in.points[at]; dup {
+			return nil, fmt.Errorf("crash spec %q: %s:%s has a fault already: one per step", item, parts[0], parts[1])
 		}
-		in.points[key{parts[0], n}] = point
+		in.points[at] = point
 	}
 	return in, nil
+}
+
+// parseAt reads "n" (step n) or "n.i" (branch i of the fan-out joined at n).
+func parseAt(s string) (key, error) {
+	stepPart, branchPart, isBranch := strings.Cut(s, ".")
+	n, err := strconv.Atoi(stepPart)
+	if err != nil || n < 1 {
+		return key{}, fmt.Errorf("step %q must be a positive number, or step.branch", s)
+	}
+	k := key{step: n}
+	if isBranch {
+		if k.branch, err = strconv.Atoi(branchPart); err != nil || k.branch < 1 {
+			return key{}, fmt.Errorf("branch of %q must be a positive number", s)
+		}
+	}
+	return k, nil
 }
 
 // Hooks returns the worker hooks that inject the faults of spec (the
@@ -119,17 +137,21 @@ func (in *Injector) At(_ context.Context, b worker.Boundary, d worker.Delivery) 
 	if in == nil || d.Attempt != 1 {
 		return
 	}
-	point, ok := in.points[key{d.RunID, d.Step}]
+	point, ok := in.points[key{d.RunID, d.Step, d.Branch}]
 	if !ok || boundaries[point] != b {
 		return
 	}
-	in.fire(d.RunID, d.Step, point)
+	step := strconv.Itoa(d.Step)
+	if d.Branch > 0 {
+		step += "." + strconv.Itoa(d.Branch)
+	}
+	in.fire(d.RunID, step, point)
 }
 
-func (in *Injector) fire(run string, step int, point string) {
+func (in *Injector) fire(run, step string, point string) {
 	if point == Hang {
 		// Tests find the hung process by this line.
-		fmt.Fprintf(os.Stderr, "durable-fault: hang run=%s step=%d pid=%d\n", run, step, os.Getpid())
+		fmt.Fprintf(os.Stderr, "durable-fault: hang run=%s step=%s pid=%d\n", run, step, os.Getpid())
 		if in.OnHang != nil {
 			in.OnHang()
 			return
@@ -137,7 +159,7 @@ func (in *Injector) fire(run string, step int, point string) {
 		select {}
 	}
 	if point == Stop {
-		fmt.Fprintf(os.Stderr, "durable-fault: stop run=%s step=%d pid=%d\n", run, step, os.Getpid())
+		fmt.Fprintf(os.Stderr, "durable-fault: stop run=%s step=%s pid=%d\n", run, step, os.Getpid())
 		if in.OnStop != nil {
 			in.OnStop()
 			return
@@ -147,7 +169,7 @@ func (in *Injector) fire(run string, step int, point string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "durable-fault: crash run=%s step=%d point=%s pid=%d\n", run, step, point, os.Getpid())
+	fmt.Fprintf(os.Stderr, "durable-fault: crash run=%s step=%s point=%s pid=%d\n", run, step, point, os.Getpid())
 	if in.Kill != nil {
 		in.Kill()
 		return

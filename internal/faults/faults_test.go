@@ -21,6 +21,7 @@ func TestParse(t *testing.T) {
 		{"r:1:after-checkpoint, r:2:after-publish ,r:3:hang,r:4:stop", true},
 		{"claim-0042", false}, {"r:x", false}, {"r:0", false}, {"r:1:sideways", false}, {"r:1:before:extra", false},
 		{":1", false}, {"r x:1", false}, {"r.1:1", false}, {"r:1,r:1:hang", false}, {"r:1,", false},
+		{"fanout-1:2.5:after-effect", true}, {"r:2.5,r:2.6,r:2", true}, {"r:2.0", false}, {"r:2.x", false}, {"r:.5", false}, {"r:2.5,r:2.5:hang", false},
 	} {
 		_, err := Parse(tc.spec)
 		if (err == nil) != tc.ok {
@@ -64,6 +65,20 @@ func TestAtFiresOnFirstDeliveryOnly(t *testing.T) {
 	at(in, "claim-0044", 6, 1, Hang)
 	if hangs != 1 || kills != 3 {
 		t.Fatalf("hangs %d kills %d", hangs, kills)
+	}
+	branch, err := Parse("fan-1:2.5:after-checkpoint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	branch.Kill = func() { kills++ }
+	branch.At(context.Background(), worker.AfterCheckpoint, worker.Delivery{RunID: "fan-1", Step: 2, Attempt: 1}) // the join, not the branch
+	branch.At(context.Background(), worker.AfterCheckpoint, worker.Delivery{RunID: "fan-1", Step: 2, Branch: 4, Attempt: 1})
+	if kills != 3 {
+		t.Fatal("a branch fault fired at the join or another branch")
+	}
+	branch.At(context.Background(), worker.AfterCheckpoint, worker.Delivery{RunID: "fan-1", Step: 2, Branch: 5, Attempt: 1})
+	if kills != 4 {
+		t.Fatalf("%d kills, want 4: the branch fault did not fire", kills)
 	}
 	var none *Injector
 	at(none, "claim-0042", 7, 1, Before) // nil injects nothing

@@ -158,13 +158,18 @@ func checkClaim(t testing.TB, f *fleet, id string, pays map[string]payments.Paym
 	}
 }
 
-// waitDrained waits until the workers' consumer has nothing pending or unacked.
-func waitDrained(t testing.TB, f *fleet) {
+// waitDrained waits until the claim workers' consumer has nothing pending
+// or unacked.
+func waitDrained(t testing.TB, f *fleet) { waitDrainedOf(t, f, "claim") }
+
+// waitDrainedOf waits until the consumer of workflow has nothing pending
+// or unacked.
+func waitDrainedOf(t testing.TB, f *fleet, workflow string) {
 	t.Helper()
 	nc, js := f.nats.Connect(t)
 	defer nc.Close()
 	testenv.Eventually(t, 60*time.Second, "step consumer drained", func() bool {
-		c, err := js.Consumer(context.Background(), queue.StepStream, queue.ConsumerName("claim"))
+		c, err := js.Consumer(context.Background(), queue.StepStream, queue.ConsumerName(workflow))
 		if err != nil {
 			return false
 		}

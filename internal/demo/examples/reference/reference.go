@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-run/durable/internal/demo/examples/agentloop"
 	"github.com/durable-run/durable/internal/demo/examples/claim"
+	"github.com/durable-run/durable/internal/demo/examples/fanout"
 	"github.com/durable-run/durable/internal/demo/examples/refundagent"
 	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/pkg/agent"
@@ -38,7 +39,7 @@ func Hooks() ([]worker.Hook, error) {
 	return hooks, nil
 }
 
-// Workflows registers the example workflows. The claim workflow pays
+// Workflows registers the example workflows. The claim and fanout workflows pay
 // through DURABLE_PAYMENTS_URL and reads claims from DURABLE_CLAIMS_URL
 // (optional). The refund-agent pays through the same API; its model is
 // Anthropic's or OpenAI's when ANTHROPIC_API_KEY or OPENAI_API_KEY is
@@ -51,6 +52,10 @@ func Workflows() *steps.Registry {
 			// Keyed payments are counted: provider replays and refusals
 			// of a key reused with another body.
 			HTTP: &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
+		}),
+		fanout.New(fanout.Config{
+			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),
+			HTTP:        &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
 		}),
 		agentloop.New(),
 		refundagent.New(refundagent.Config{

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/demo/examples/fanout"
+	"github.com/durable-run/durable/internal/demo/payments"
+	"github.com/durable-run/durable/internal/test/testenv"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+)
+
+// One run per new boundary of a fan-out (issue 15).
+const fanOutPlan = "fanout-1:2.5:after-effect," + // branch 5 paid, not yet journaled or checkpointed
+	"fanout-2:2.1:after-checkpoint," + // the last (only) branch committed, the join not yet published
+	"fanout-3:1:after-checkpoint," + // the fan-out committed, its branches not yet published
+	"fanout-4:2:after-checkpoint" // the join committed, the run's completion not yet acked
+
+var fanOutRuns = map[string]int{"fanout-1": 8, "fanout-2": 1, "fanout-3": 8, "fanout-4": 8}
+
+// Acceptance (issue 15): SIGKILL at every new boundary of a fan-out pays
+// nobody twice, never loses the join, and a replay of every step message
+// afterwards changes nothing. Both stores, real worker processes.
+func TestFanOutCrashes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	for _, kind := range []string{"redis", "kv"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFleet(t, kind, fanOutPlan)
+			f.startWorker()
+			f.startWorker()
+			f.waitRegistered()
+			ctx := context.Background()
+			ids := []string{"fanout-1", "fanout-2", "fanout-3", "fanout-4"}
+			for i, id := range ids {
+				// One run at a time: a dying worker takes its other
+				// deliveries with it, and their redelivery would skip
+				// their own first-delivery fault.
+				input := fmt.Sprintf(`{"branches": %d}`, fanOutRuns[id])
+				if _, _, err := f.client.Start(ctx, client.StartRequest{Workflow: fanout.Name, RunID: id, Input: json.RawMessage(input)}); err != nil {
+					t.Fatal(err)
+				}
+				f.drive([]string{id}, 2*time.Minute, nil)
+				if got := f.killCount(); got != i+1 {
+					t.Errorf("after %s: %d workers killed, want %d", id, got, i+1)
+				}
+			}
+			pays := listPayments(t, f)
+			for _, id := range ids {
+				checkFanOut(t, f, id, pays)
+			}
+			if r := pays["fanout-1:step2.5"].Requests; r != 2 {
+				t.Errorf("fanout-1: branch 5 presented its key %d times, want 2 (crash after the effect)", r)
+			}
+			waitDrainedOf(t, f, fanout.Name)
+
+			before := fanOutSnapshot(t, f, ids)
+			nc, js := f.nats.Connect(t)
+			n := testenv.RepublishSteps(t, js)
+			nc.Close()
+			t.Logf("republished %d step messages", n)
+			waitDrainedOf(t, f, fanout.Name)
+			if after := fanOutSnapshot(t, f, ids); after != before {
+				t.Errorf("replaying the stream changed state:\nbefore %s\nafter  %s", before, after)
+			}
+			f.stopAll()
+		})
+	}
+}
+
+// checkFanOut asserts a completed fanout run: the fan-out and the join as
+// its steps, every branch checkpointed, one payment of 1 EUR per branch
+// under the branch's key, and the join's sum.
+func checkFanOut(t testing.TB, f *fleet, id string, pays map[string]payments.Payment) {
+	t.Helper()
+	ctx := context.Background()
+	n := fanOutRuns[id]
+	run, err := f.store.GetRun(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != checkpoint.StatusCompleted {
+		t.Errorf("%s: status %s (%s)", id, run.Status, run.Error)
+		return
+	}
+	cps, err := f.store.Checkpoints(ctx, id)
+	if err != nil || len(cps) != 2 {
+		t.Fatalf("%s: %d checkpoints (%v), want the fan-out and the join", id, len(cps), err)
+	}
+	var st fanout.State
+	if err := json.Unmarshal(cps[1].State, &st); err != nil || st.Paid != int64(n) {
+		t.Errorf("%s: join state %s (%v), want paid %d", id, cps[1].State, err, n)
+	}
+	branches, err := f.store.BranchCheckpoints(ctx, id, 2, n)
+	if err != nil || len(branches) != n {
+		t.Errorf("%s: %d branch checkpoints (%v), want %d", id, len(branches), err, n)
+	}
+	count := 0
+	for _, p := range pays {
+		if p.RunID == id {
+			count++
+			if p.Amount != 1 {
+				t.Errorf("%s: payment %+v", id, p)
+			}
+		}
+	}
+	for i := 1; i <= n; i++ {
+		if _, ok := pays[fmt.Sprintf("%s:step2.%d", id, i)]; !ok {
+			t.Errorf("%s: no payment under the key of branch %d", id, i)
+		}
+	}
+	if count != n {
+		t.Errorf("%s: %d payments, want %d", id, count, n)
+	}
+}
+
+// fanOutSnapshot renders what a replay must not change: the runs, their
+// checkpoints and branch checkpoints, and the payments.
+func fanOutSnapshot(t testing.TB, f *fleet, ids []string) string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	for _, id := range ids {
+		run, err := f.store.GetRun(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cps, err := f.store.Checkpoints(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		branches, err := f.store.BranchCheckpoints(ctx, id, 2, fanOutRuns[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = map[string]any{"status": run.Status, "step": run.Step, "rev": run.Rev, "checkpoints": cps, "branches": branches}
+	}
+	out["payments"] = listPayments(t, f)
+	b, _ := json.Marshal(out)
+	return string(b)
+}
