@@ -32,9 +32,9 @@ type Input struct {
 
 // State of a run. Paid is the sum of the branches' payments, in EUR.
 type State struct {
-	Branches int    `json:"branches"`
-	Paid     int64  `json:"paid"`
-	Replayed int    `json:"replayed,omitempty"`
+	Branches int   `json:"branches"`
+	Paid     int64 `json:"paid"`
+	Replayed int   `json:"replayed,omitempty"`
 }
 
 // Pay is a branch's input: its place in the fan-out.
