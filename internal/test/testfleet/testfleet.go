@@ -174,3 +174,13 @@ func (f *Fleet) Checkpoints(id string) []checkpoint.Checkpoint {
 	}
 	return cps
 }
+
+// Get returns run id as stored.
+func (f *Fleet) Get(id string) checkpoint.Run {
+	f.T.Helper()
+	run, err := f.Store.GetRun(context.Background(), id)
+	if err != nil {
+		f.T.Fatal(err)
+	}
+	return run
+}

@@ -1,0 +1,103 @@
+package steps_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+type fanIn struct {
+	N    int    `json:"n"`
+	Join string `json:"join"`
+	To   string `json:"to"`
+}
+
+func fanFlow() *steps.Workflow[fanIn] {
+	return steps.New[fanIn]("fan", 1).
+		Step("split", func(_ context.Context, _ *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
+			bs := make([]steps.Branch, st.N)
+			for i := range bs {
+				bs[i] = steps.Branch{Step: st.To, Input: map[string]int{"i": i + 1}}
+			}
+			return steps.FanOut(st.Join, st, bs...), nil
+		}).
+		Branch("double", steps.BranchFunc(func(_ context.Context, s *steps.Context, in struct{ I int }) (int, error) {
+			return 2 * in.I, nil
+		})).
+		Step("sum", func(_ context.Context, s *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
+			outs, err := steps.BranchOutputs[int](s)
+			if err != nil {
+				return steps.Outcome[fanIn]{}, err
+			}
+			st.N = 0
+			for _, o := range outs {
+				st.N += o
+			}
+			return steps.Complete(st), nil
+		})
+}
+
+func TestFanOutResult(t *testing.T) {
+	wf := fanFlow()
+	s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, StepName: "split"})
+	res, err := wf.Execute(context.Background(), s, "split", json.RawMessage(`{"n":3,"join":"sum","to":"double"}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Kind != steps.KindFanOut || res.Next != "sum" || len(res.Branches) != 3 || res.Branches[2].Step != "double" || string(res.Branches[2].Input) != `{"i":3}` {
+		t.Fatalf("result %+v", res)
+	}
+	b := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 2, Branch: 3, StepName: "double"})
+	if b.IdempotencyKey() != "r:step2.3" || b.Branch() != 3 {
+		t.Fatalf("branch key %q", b.IdempotencyKey())
+	}
+	out, err := wf.ExecuteBranch(context.Background(), b, "double", res.Branches[2].Input)
+	if err != nil || string(out) != "6" {
+		t.Fatalf("branch output %s, %v", out, err)
+	}
+	j := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 2, StepName: "sum", BranchOutputs: []json.RawMessage{json.RawMessage("2"), json.RawMessage("4"), out}})
+	res, err = wf.Execute(context.Background(), j, "sum", json.RawMessage(`{}`), false)
+	if err != nil || string(res.State) != `{"n":12,"join":"","to":""}` {
+		t.Fatalf("join %s, %v", res.State, err)
+	}
+}
+
+// A fan-out that cannot run is a permanent error naming what is wrong,
+// found when the step returns it, not when its branches are delivered.
+func TestFanOutRefused(t *testing.T) {
+	wf := fanFlow()
+	for _, tc := range []struct{ input, want string }{
+		{`{"n":2,"join":"nowhere","to":"double"}`, `joins at "nowhere"`},
+		{`{"n":2,"join":"double","to":"double"}`, `joins at "double"`},
+		{`{"n":2,"join":"sum","to":"sum"}`, `"sum", which is not a branch step`},
+		{`{"n":0,"join":"sum","to":"double"}`, "1 to 1000 branches, not 0"},
+		{`{"n":1001,"join":"sum","to":"double"}`, "1 to 1000 branches, not 1001"},
+	} {
+		s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, StepName: "split"})
+		_, err := wf.Execute(context.Background(), s, "split", json.RawMessage(tc.input), false)
+		if !steps.IsPermanent(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a permanent error saying %q", tc.input, err, tc.want)
+		}
+	}
+	if checkpoint.MaxBranches != 1000 {
+		t.Fatalf("MaxBranches %d", checkpoint.MaxBranches)
+	}
+	s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, StepName: "double"})
+	if _, err := wf.Execute(context.Background(), s, "double", nil, false); !errors.Is(err, steps.ErrUnknownStep) {
+		t.Errorf("a branch step run as a step: %v", err)
+	}
+	if _, err := wf.ExecuteBranch(context.Background(), s, "sum", nil); !errors.Is(err, steps.ErrUnknownStep) {
+		t.Errorf("a step run as a branch: %v", err)
+	}
+	if _, err := steps.BranchOutputs[int](s); !errors.Is(err, steps.ErrNotAJoin) {
+		t.Errorf("BranchOutputs outside a join: %v", err)
+	}
+	if err := steps.New[fanIn]("x", 1).Step("a", nil).Branch("a", steps.BranchStep{}).Validate(); err == nil || !strings.Contains(err.Error(), "defined twice") || !strings.Contains(err.Error(), "no function") {
+		t.Errorf("validate: %v", err)
+	}
+}
