@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -151,6 +152,7 @@ func printRun(w io.Writer, v client.RunView) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t\t\t\t%s\n", at, e.Step, strings.ToUpper(e.Kind), auditDetail(*e.Audit))
 	}
 	_ = tw.Flush()
+	printBranches(w, v.Branches)
 	if len(v.PendingFailures) > 0 {
 		last := v.PendingFailures[len(v.PendingFailures)-1]
 		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
@@ -166,7 +168,11 @@ func printRun(w io.Writer, v client.RunView) {
 		if e.Replayed {
 			why = "an earlier attempt had performed it; the key made the provider answer with the original result, nothing ran twice"
 		}
-		fmt.Fprintf(w, "  effect %s (step %d) replayed=%t: %s\n", e.Key, e.Step, e.Replayed, why)
+		step := strconv.Itoa(e.Step)
+		if e.Branch > 0 {
+			step = fmt.Sprintf("%d, branch %d", e.Step, e.Branch)
+		}
+		fmt.Fprintf(w, "  effect %s (step %s) replayed=%t: %s\n", e.Key, step, e.Replayed, why)
 	}
 	fmt.Fprintln(w, "\nAPPROVALS")
 	if len(v.Approvals) == 0 {
@@ -183,6 +189,50 @@ func printRun(w io.Writer, v client.RunView) {
 		}
 	}
 	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// printBranches lists the branches of the run's fan-outs: each one when
+// there are few, else a count and the first branches not committed.
+func printBranches(w io.Writer, branches []client.BranchView) {
+	if len(branches) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nBRANCHES")
+	const listed = 20
+	byJoin := map[int][]client.BranchView{}
+	var joins []int
+	for _, b := range branches {
+		if _, ok := byJoin[b.Step]; !ok {
+			joins = append(joins, b.Step)
+		}
+		byJoin[b.Step] = append(byJoin[b.Step], b)
+	}
+	for _, join := range joins {
+		bs := byJoin[join]
+		var pending []string
+		for _, b := range bs {
+			if !b.Committed {
+				pending = append(pending, strconv.Itoa(b.Branch))
+			}
+		}
+		fmt.Fprintf(w, "  fan-out joined at step %d: %d of %d branches committed\n", join, len(bs)-len(pending), len(bs))
+		if len(bs) > listed {
+			if len(pending) > listed {
+				pending = append(pending[:listed], "...")
+			}
+			if len(pending) > 0 {
+				fmt.Fprintf(w, "    not committed: %s\n", strings.Join(pending, ", "))
+			}
+			continue
+		}
+		for _, b := range bs {
+			if !b.Committed {
+				fmt.Fprintf(w, "    %d.%d %s  not committed\n", b.Step, b.Branch, b.Name)
+				continue
+			}
+			fmt.Fprintf(w, "    %d.%d %s  attempt %d  %s  %d bytes\n", b.Step, b.Branch, b.Name, b.Attempt, fmtMS(b.DurationMS), b.Bytes)
+		}
+	}
 }
 
 // stateNotices is the "notices" list of a run's state, if it has one:
@@ -232,6 +282,9 @@ func stepDetail(cp client.CheckpointView) string {
 		if earlier > 0 {
 			parts = append(parts, fmt.Sprintf("after %s that left no commit and no failure record (worker crashed or its ack wait ran out)", plural(earlier, "delivery", "deliveries")))
 		}
+	}
+	if cp.FanOut > 0 {
+		parts = append(parts, fmt.Sprintf("fanned out to %s, joined at step %d (%s)", plural(cp.FanOut, "branch", "branches"), cp.Step+1, cp.Next))
 	}
 	if cp.Status != "" && cp.Status != checkpoint.StatusRunning {
 		parts = append(parts, "run "+string(cp.Status))

@@ -15,24 +15,27 @@ import (
 // status, step, checkpoints, approvals, effects) keep their names; others
 // are added beside them.
 type RunView struct {
-	RunID       string                  `json:"run_id"`
-	Workflow    string                  `json:"workflow"`
-	Version     int                     `json:"version"`
-	Status      checkpoint.Status       `json:"status"`
-	Step        int                     `json:"step"`
-	StepName    string                  `json:"step_name"`
-	Input       json.RawMessage         `json:"input,omitempty"`
-	StartedBy   string                  `json:"started_by,omitempty"`
-	CreatedAt   time.Time               `json:"created_at"`
-	UpdatedAt   time.Time               `json:"updated_at"`
-	Error       string                  `json:"error,omitempty"`
-	Resumes     int                     `json:"resumes"`
-	Redrives    int                     `json:"redrives,omitempty"`
-	Wait        *checkpoint.Wait        `json:"wait,omitempty"`
-	Checkpoints []CheckpointView        `json:"checkpoints"`
-	Approvals   []checkpoint.Approval   `json:"approvals"`
-	Effects     []EffectView            `json:"effects"`
-	Audit       []checkpoint.AuditEntry `json:"audit"`
+	RunID       string            `json:"run_id"`
+	Workflow    string            `json:"workflow"`
+	Version     int               `json:"version"`
+	Status      checkpoint.Status `json:"status"`
+	Step        int               `json:"step"`
+	StepName    string            `json:"step_name"`
+	Input       json.RawMessage   `json:"input,omitempty"`
+	StartedBy   string            `json:"started_by,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	UpdatedAt   time.Time         `json:"updated_at"`
+	Error       string            `json:"error,omitempty"`
+	Resumes     int               `json:"resumes"`
+	Redrives    int               `json:"redrives,omitempty"`
+	Wait        *checkpoint.Wait  `json:"wait,omitempty"`
+	Checkpoints []CheckpointView  `json:"checkpoints"`
+	// Branches lists the branches of the run's fan-outs, committed or not,
+	// by join step and branch.
+	Branches  []BranchView            `json:"branches,omitempty"`
+	Approvals []checkpoint.Approval   `json:"approvals"`
+	Effects   []EffectView            `json:"effects"`
+	Audit     []checkpoint.AuditEntry `json:"audit"`
 	// Timeline merges the checkpoints and the audit entries (parks,
 	// decisions, expiries...) in time order.
 	Timeline []TimelineEntry `json:"timeline"`
@@ -54,9 +57,11 @@ type CheckpointView struct {
 	// Resumed: the committing attempt was not the first delivery of the
 	// step's message. Earlier deliveries crashed, timed out, or failed (the
 	// failures the store recorded are in Failures).
-	Resumed    bool                 `json:"resumed"`
-	Gen        int                  `json:"gen,omitempty"`
-	Next       string               `json:"next,omitempty"`
+	Resumed bool   `json:"resumed"`
+	Gen     int    `json:"gen,omitempty"`
+	Next    string `json:"next,omitempty"`
+	// FanOut is the number of branches the step fanned out to.
+	FanOut     int                  `json:"fan_out,omitempty"`
 	Status     checkpoint.Status    `json:"status"`
 	DurationMS float64              `json:"duration_ms"`
 	Calls      int                  `json:"calls"`
@@ -64,6 +69,21 @@ type CheckpointView struct {
 	Journal    []CallView           `json:"journal,omitempty"`
 	Effects    []EffectView         `json:"effects,omitempty"`
 	Failures   []checkpoint.Failure `json:"failures,omitempty"`
+}
+
+// BranchView is one branch of a fan-out: branch Branch of the fan-out
+// joined at step Step, and its checkpoint once committed.
+type BranchView struct {
+	Step       int          `json:"step"`
+	Branch     int          `json:"branch"`
+	Name       string       `json:"name"`
+	Committed  bool         `json:"committed"`
+	Bytes      int          `json:"bytes,omitempty"`
+	At         *time.Time   `json:"at,omitempty"`
+	Attempt    int          `json:"attempt,omitempty"`
+	DurationMS float64      `json:"duration_ms,omitempty"`
+	Calls      int          `json:"calls,omitempty"`
+	Effects    []EffectView `json:"effects,omitempty"`
 }
 
 // CallView is one journaled call of a step, without its result.
@@ -82,6 +102,9 @@ type EffectView struct {
 	Key      string `json:"key"`
 	Replayed bool   `json:"replayed"`
 	Step     int    `json:"step"`
+	// Branch is set for the effect of a fan-out's branch (Step is then its
+	// join step).
+	Branch int `json:"branch,omitempty"`
 }
 
 // TimelineEntry is one event of a run: a committed step (Kind "step",
@@ -187,10 +210,22 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 			}
 			cv.Failures = snap.Failures
 		}
+		if cp.FanOut != nil {
+			cv.FanOut = len(cp.FanOut.Branches)
+			if err := c.viewBranches(ctx, &v, cp); err != nil {
+				return RunView{}, err
+			}
+		}
 		v.Checkpoints = append(v.Checkpoints, cv)
 		v.State = cp.State
 	}
-	if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed[run.Step] && run.Step > 0 {
+	if run.Status == checkpoint.StatusDead && run.FailedBranch > 0 {
+		snap, err := c.store.LoadBranch(ctx, id, run.Step, run.FailedBranch)
+		if err != nil {
+			return RunView{}, fmt.Errorf("failures of %s:%d.%d: %w", id, run.Step, run.FailedBranch, err)
+		}
+		v.PendingFailures = snap.Failures
+	} else if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed[run.Step] && run.Step > 0 {
 		snap, err := c.store.Load(ctx, id, run.Step)
 		if err != nil {
 			return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, run.Step, err)
@@ -207,4 +242,32 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	}
 	sort.SliceStable(v.Timeline, func(i, j int) bool { return v.Timeline[i].At.Before(v.Timeline[j].At) })
 	return v, nil
+}
+
+// viewBranches adds the branches of the fan-out committed at fan to v,
+// and their effects to v.Effects.
+func (c *Client) viewBranches(ctx context.Context, v *RunView, fan checkpoint.Checkpoint) error {
+	join := fan.Step + 1
+	done, err := c.store.BranchCheckpoints(ctx, v.RunID, join, len(fan.FanOut.Branches))
+	if err != nil {
+		return fmt.Errorf("branches of %s:%d: %w", v.RunID, join, err)
+	}
+	byBranch := make(map[int]checkpoint.Checkpoint, len(done))
+	for _, cp := range done {
+		byBranch[cp.Branch] = cp
+	}
+	for k, b := range fan.FanOut.Branches {
+		bv := BranchView{Step: join, Branch: k + 1, Name: b.Step}
+		if cp, ok := byBranch[k+1]; ok {
+			at := cp.At
+			bv.Committed, bv.Bytes, bv.At, bv.Attempt, bv.DurationMS, bv.Calls = true, CheckpointBytes(cp), &at, cp.Attempt, cp.DurationMS, len(cp.Journal)
+			for _, e := range cp.Effects {
+				ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: join, Branch: k + 1}
+				bv.Effects = append(bv.Effects, ev)
+				v.Effects = append(v.Effects, ev)
+			}
+		}
+		v.Branches = append(v.Branches, bv)
+	}
+	return nil
 }

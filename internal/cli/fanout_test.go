@@ -1,0 +1,62 @@
+package cli_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// Acceptance (issue 15): the fanout reference workflow through the CLI
+// alone: N branches each pay 1 EUR under their own key, the join sums
+// them, and `runs show` shows the branches (text and JSON). Out of range,
+// the run fails with the reason.
+func TestFanOutThroughCLI(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		const n = 25
+		e.mustCLI(0, "start", "fanout", "--id", "fanout-7", "--input", fmt.Sprintf(`{"branches": %d}`, n))
+		e.waitStatus("fanout-7", checkpoint.StatusCompleted)
+		pays := e.paymentsFor("fanout-7")
+		keys := map[string]bool{}
+		for _, p := range pays {
+			if p.Amount != 1 || keys[p.Key] {
+				t.Fatalf("payment %+v (a key twice, or not 1 EUR)", p)
+			}
+			keys[p.Key] = true
+		}
+		for i := 1; i <= n; i++ {
+			if !keys[fmt.Sprintf("fanout-7:step2.%d", i)] {
+				t.Fatalf("no payment under the key of branch %d: %v", i, keys)
+			}
+		}
+		if len(pays) != n {
+			t.Fatalf("%d payments, want %d", len(pays), n)
+		}
+
+		v := e.showJSON("fanout-7")
+		state, _ := v["state"].(map[string]any)
+		branches, _ := v["branches"].([]any)
+		if state["paid"] != float64(n) || len(branches) != n {
+			t.Fatalf("runs show --json: state %v, %d branches", state, len(branches))
+		}
+		for i, b := range branches {
+			bm := b.(map[string]any)
+			if bm["committed"] != true || bm["branch"] != float64(i+1) || bm["step"] != float64(2) || bm["name"] != "pay-one" {
+				t.Fatalf("branch %d: %v", i+1, bm)
+			}
+		}
+		text := e.mustCLI(0, "runs", "show", "fanout-7").stdout
+		for _, want := range []string{"BRANCHES", fmt.Sprintf("%d of %d branches committed", n, n), "fanned out to 25 branches, joined at step 2 (sum)", "fanout-7:step2.25 (step 2, branch 25)"} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("runs show lacks %q:\n%s", want, text)
+			}
+		}
+
+		e.mustCLI(0, "start", "fanout", "--id", "fanout-big", "--input", `{"branches": 1001}`)
+		run := e.waitStatus("fanout-big", checkpoint.StatusFailed)
+		if !strings.Contains(run.Error, "branches must be 1 to 1000, got 1001") || len(e.paymentsFor("fanout-big")) != 0 {
+			t.Fatalf("fanout of 1001: %q", run.Error)
+		}
+	})
+}
