@@ -136,7 +136,7 @@ func TestFanOutJoin(t *testing.T) {
 			}
 
 			replayed := testenv.RepublishSteps(t, f.JS)
-			time.Sleep(2 * time.Second)
+			f.WaitDrained("fan", 30*time.Second)
 			checkFanRun(t, f, "fan-1", n)
 			p.check(t, n)
 			if joins.Load() != 1 {

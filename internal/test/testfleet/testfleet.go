@@ -20,6 +20,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
@@ -183,4 +184,18 @@ func (f *Fleet) Get(id string) checkpoint.Run {
 		f.T.Fatal(err)
 	}
 	return run
+}
+
+// WaitDrained waits until the step consumer of workflow has nothing
+// pending or unacked: every published step message was handled.
+func (f *Fleet) WaitDrained(workflow string, timeout time.Duration) {
+	f.T.Helper()
+	testenv.Eventually(f.T, timeout, workflow+" step consumer drained", func() bool {
+		c, err := f.JS.Consumer(context.Background(), queue.StepStream, queue.ConsumerName(workflow))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
 }
