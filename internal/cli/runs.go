@@ -125,13 +125,21 @@ func printRun(w io.Writer, v client.RunView) {
 	if len(v.Input) > 0 {
 		fmt.Fprintf(w, "input %s\n", cut(string(v.Input), 200))
 	}
+	if v.Parent != nil {
+		fmt.Fprintf(w, "child of run %s, started by its step %d\n", v.Parent.RunID, v.Parent.Step)
+	}
 	if v.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", v.Error)
 	}
 	for _, n := range stateNotices(v.State) {
 		fmt.Fprintf(w, "notice: %s\n", cut(n, 200))
 	}
-	if v.Wait != nil {
+	switch {
+	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitChildren:
+		fmt.Fprintf(w, "waiting since %s for its child runs to end (step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
+	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitTimer:
+		fmt.Fprintf(w, "sleeping since %s until %s (a durable timer; step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
+	case v.Wait != nil:
 		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
 			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cut(string(v.Wait.Payload), 200))
 	}
@@ -153,6 +161,7 @@ func printRun(w io.Writer, v client.RunView) {
 	}
 	_ = tw.Flush()
 	printBranches(w, v.Branches)
+	printChildren(w, v.Children)
 	if len(v.PendingFailures) > 0 {
 		last := v.PendingFailures[len(v.PendingFailures)-1]
 		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
@@ -189,6 +198,21 @@ func printRun(w io.Writer, v client.RunView) {
 		}
 	}
 	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// printChildren lists the child runs the run's steps started.
+func printChildren(w io.Writer, children []client.ChildView) {
+	if len(children) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nCHILDREN")
+	for _, c := range children {
+		line := fmt.Sprintf("  %s (%s, started by step %d): %s", c.RunID, c.Workflow, c.Step, c.Status)
+		if c.Error != "" {
+			line += ": " + cut(c.Error, 120)
+		}
+		fmt.Fprintln(w, line)
+	}
 }
 
 // printBranches lists the branches of the run's fan-outs: each one when

@@ -94,6 +94,8 @@ type Run struct {
 	// FailedBranch is the branch of the fan-out at the cursor that sent
 	// the run to the dead letters, 0 when a step did.
 	FailedBranch int `json:"failed_branch,omitempty"`
+	// Parent is set on a child run: the run and step that started it.
+	Parent *ParentRef `json:"parent,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
 	// Audit records every event of the run's waits: parks, decisions,
@@ -111,11 +113,22 @@ type Run struct {
 	Rev uint64 `json:"-"`
 }
 
+// ParentRef names the run, and its step, that started a child run.
+type ParentRef struct {
+	RunID string `json:"run_id"`
+	Step  int    `json:"step"`
+}
+
 // Wait kinds.
 const (
 	WaitApproval = "approval" // a person or system must decide (the default)
 	WaitTimer    = "timer"    // a durable timer: the scheduler wakes the run
+	WaitChildren = "children" // child runs: the last to end resumes the run
 )
+
+// IsApproval reports whether the wait is for a decision (the kinds Decide
+// and the approval expiry policies apply to).
+func (w *Wait) IsApproval() bool { return w.Kind == "" || w.Kind == WaitApproval }
 
 // Wait is a parked run's pending approval request, or its timer.
 type Wait struct {
@@ -171,6 +184,7 @@ const (
 	AuditRefused   = "refused"   // an approval was refused (bad hash, group...)
 	AuditTimer     = "timer"     // a durable timer fired
 	AuditRedriven  = "redriven"  // an operator put a dead run back to work
+	AuditChildren  = "children"  // every child run ended; the run resumed
 )
 
 // AuditEntry is one recorded event of a run's waits.
@@ -215,6 +229,9 @@ type Checkpoint struct {
 	// FanOut is set on the checkpoint of a step that fanned out: the
 	// branches to run before the join, step Step+1, named by Next.
 	FanOut *FanOut `json:"fan_out,omitempty"`
+	// Children is set on the checkpoint of a step that started child runs:
+	// the run waits at step Step+1 until every one has ended.
+	Children []Child `json:"children,omitempty"`
 	// Attempt is the delivery that committed the step (1 = first).
 	Attempt int       `json:"attempt"`
 	At      time.Time `json:"at"`
@@ -278,6 +295,12 @@ func (cp Checkpoint) Size() int {
 	if cp.FanOut != nil {
 		n += cp.FanOut.size()
 	}
+	if len(cp.Children) > 0 {
+		n += len(`,"children":[]`)
+		for _, c := range cp.Children {
+			n += len(`{"run_id":"","workflow":"","input":},`) + len(c.ID) + len(c.Workflow) + len(c.Input)
+		}
+	}
 	if len(cp.Effects) > 0 {
 		n += len(`,"effects":[]`)
 		for _, e := range cp.Effects {
@@ -309,6 +332,13 @@ func (f *FanOut) size() int {
 		n += len(`{"step":"","input":},`) + len(b.Step) + len(b.Input)
 	}
 	return n
+}
+
+// Child is a child run a step starts: its id, workflow and input.
+type Child struct {
+	ID       string          `json:"run_id"`
+	Workflow string          `json:"workflow"`
+	Input    json.RawMessage `json:"input,omitempty"`
 }
 
 // MaxBranches bounds the branches of one fan-out: each is a step message,

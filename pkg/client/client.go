@@ -67,6 +67,11 @@ type StartRequest struct {
 	Input any
 	// By names who started the run (recorded, and used by a four-eyes rule).
 	By string
+	// Parent is set by the worker when a step starts child runs; leave it
+	// nil. An existing run of the same id is the child only if it has
+	// this parent: a redelivery never starts a second child, and never
+	// adopts a stranger's run.
+	Parent *checkpoint.ParentRef
 }
 
 // Start creates the run and publishes its first step. Starting an id that
@@ -88,13 +93,13 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 	run = checkpoint.Run{
 		ID: req.RunID, Workflow: info.Name, Version: info.Version,
 		Status: checkpoint.StatusRunning, Step: 1, StepName: info.FirstStep,
-		Input: input, StartedBy: req.By, CreatedAt: now, UpdatedAt: now,
+		Input: input, StartedBy: req.By, CreatedAt: now, UpdatedAt: now, Parent: req.Parent,
 	}
 	stored, err := c.store.CreateRun(ctx, run)
 	switch {
 	case errors.Is(err, checkpoint.ErrRunExists):
-		if stored.Workflow != run.Workflow || !jsonEqual(stored.Input, run.Input) {
-			return stored, false, fmt.Errorf("run %s: %w (workflow %s, started %s); choose another id", req.RunID, ErrRunIDTaken, stored.Workflow, stored.CreatedAt.Format(time.RFC3339))
+		if stored.Workflow != run.Workflow || !jsonEqual(stored.Input, run.Input) || !sameParent(stored.Parent, req.Parent) {
+			return stored, false, fmt.Errorf("run %s: %w (workflow %s, started %s%s); choose another id", req.RunID, ErrRunIDTaken, stored.Workflow, stored.CreatedAt.Format(time.RFC3339), parentNote(stored.Parent))
 		}
 		// The first publish may have been lost: publishing step 1 again is
 		// harmless (same message id, and the protocol ignores replays).
@@ -113,6 +118,20 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
 	}
 	return stored, true, nil
+}
+
+func sameParent(a, b *checkpoint.ParentRef) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func parentNote(p *checkpoint.ParentRef) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf(", a child of %s step %d", p.RunID, p.Step)
 }
 
 func (c *Client) workflow(ctx context.Context, name string) (checkpoint.WorkflowInfo, error) {
@@ -189,6 +208,9 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 		}
 		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitTimer {
 			return run, fmt.Errorf("run %s sleeps until %s (a timer, not an approval): %w", run.ID, run.Wait.Deadline.Format(time.RFC3339), ErrNotWaiting)
+		}
+		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && !run.Wait.IsApproval() {
+			return run, fmt.Errorf("run %s waits for its %s, not an approval: %w", run.ID, waitWhat(run.Wait), ErrNotWaiting)
 		}
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
 			c.republishResume(ctx, run)
@@ -271,6 +293,12 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 			return run, fmt.Errorf("run %s: %w", id, err)
 		}
 		if run.Status.Terminal() {
+			if run.Status == checkpoint.StatusCancelled {
+				// A cascade cut short by a crash is finished by cancelling again.
+				if err := c.cancelChildren(ctx, run, by); err != nil {
+					return run, err
+				}
+			}
 			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotActive)
 		}
 		next := run
@@ -280,10 +308,14 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
 		}
-		if err == nil {
-			c.statusChanged(ctx, stored)
+		if err != nil {
+			return stored, err
 		}
-		return stored, err
+		c.statusChanged(ctx, stored)
+		if err := c.ChildEnded(ctx, stored); err != nil {
+			return stored, err
+		}
+		return stored, c.cancelChildren(ctx, stored, by)
 	}
 }
 

@@ -49,7 +49,8 @@ func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireRe
 			return ExpireResult{}, fmt.Errorf("run %s: %w", id, err)
 		}
 		w := run.Wait
-		if run.Status != checkpoint.StatusWaiting || w == nil {
+		if run.Status != checkpoint.StatusWaiting || w == nil || w.Kind == checkpoint.WaitChildren {
+			// Nothing due; a wait for child runs has no deadline.
 			return ExpireResult{Action: ExpireNone}, nil
 		}
 		if now.Before(w.Deadline) {

@@ -30,6 +30,10 @@ type RunView struct {
 	Redrives    int               `json:"redrives,omitempty"`
 	Wait        *checkpoint.Wait  `json:"wait,omitempty"`
 	Checkpoints []CheckpointView  `json:"checkpoints"`
+	// Parent is the run and step that started this run, for a child run.
+	Parent *checkpoint.ParentRef `json:"parent,omitempty"`
+	// Children lists the child runs the run's steps started, in order.
+	Children []ChildView `json:"children,omitempty"`
 	// Branches lists the branches of the run's fan-outs, committed or not,
 	// by join step and branch.
 	Branches  []BranchView            `json:"branches,omitempty"`
@@ -84,6 +88,15 @@ type BranchView struct {
 	DurationMS float64      `json:"duration_ms,omitempty"`
 	Calls      int          `json:"calls,omitempty"`
 	Effects    []EffectView `json:"effects,omitempty"`
+}
+
+// ChildView is a child run a step started, and how it stands.
+type ChildView struct {
+	RunID    string            `json:"run_id"`
+	Workflow string            `json:"workflow"`
+	Step     int               `json:"step"`
+	Status   checkpoint.Status `json:"status"`
+	Error    string            `json:"error,omitempty"`
 }
 
 // CallView is one journaled call of a step, without its result.
@@ -179,7 +192,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy,
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt, Error: run.Error, Resumes: run.Resumes,
 		Redrives: run.Redrives, Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals,
-		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{},
+		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent,
 	}
 	if v.Approvals == nil {
 		v.Approvals = []checkpoint.Approval{}
@@ -209,6 +222,15 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 				return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, cp.Step, err)
 			}
 			cv.Failures = snap.Failures
+		}
+		if len(cp.Children) > 0 {
+			children, err := c.ChildResults(ctx, run, cp.Step)
+			if err != nil {
+				return RunView{}, err
+			}
+			for _, ch := range children {
+				v.Children = append(v.Children, ChildView{RunID: ch.ID, Workflow: ch.Workflow, Step: cp.Step, Status: ch.Status, Error: ch.Error})
+			}
 		}
 		if cp.FanOut != nil {
 			cv.FanOut = len(cp.FanOut.Branches)

@@ -271,6 +271,17 @@ func (s *Scheduler) Repair(ctx context.Context) {
 		}
 		for _, run := range runs {
 			switch {
+			case run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitChildren:
+				// No deadline: its children resume it. One whose last
+				// child's resume was lost with a crash is resumed here.
+				resumed, err := s.cfg.Client.ResumeParent(ctx, run.ID)
+				if err != nil {
+					s.c.errors.Add(1)
+					s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair: resume a parent of ended children")
+				} else if resumed {
+					s.c.repaired.Add(1)
+					s.log.Warn().Str("run_id", run.ID).Msg("parent of ended child runs was still waiting; resumed")
+				}
 			case run.Status == checkpoint.StatusWaiting && run.Wait != nil && now.Sub(run.Wait.Deadline) > 2*s.cfg.Lease+s.cfg.Interval:
 				// Overdue past any claim's lease: its index entry is lost.
 				if err := s.store.IndexDue(ctx, run.ID, run.Wait.Deadline); err == nil {

@@ -35,6 +35,9 @@ type ContextConfig struct {
 	// BranchOutputs are the outputs of the branches a join step follows,
 	// in branch order; nil in any other step.
 	BranchOutputs []json.RawMessage
+	// Children are how the child runs the step before started ended, in
+	// the order they were started; nil in any other step.
+	Children []ChildResult
 	// Attempt is the delivery of this step (1 = first).
 	Attempt int
 	// Journal holds calls recorded by earlier attempts of this step.

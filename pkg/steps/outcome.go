@@ -26,6 +26,9 @@ const (
 	// KindFanOut: commit the state, run branches in parallel, then the
 	// join step with their outputs.
 	KindFanOut
+	// KindChildren: commit the state, start child runs, wait until they
+	// have all ended, then go to a named step.
+	KindChildren
 )
 
 func (k Kind) String() string {
@@ -42,6 +45,8 @@ func (k Kind) String() string {
 		return "sleep"
 	case KindFanOut:
 		return "fan-out"
+	case KindChildren:
+		return "children"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -56,6 +61,7 @@ type Outcome[S any] struct {
 	wait     *ApprovalRequest
 	until    time.Time
 	branches []Branch
+	children []Child
 }
 
 // Next moves the run to the step named step with state. The name may be chosen
@@ -103,6 +109,8 @@ type Result struct {
 	Until time.Time
 	// Branches of a fan-out, their inputs encoded; Next is the join.
 	Branches []checkpoint.Branch
+	// Children a step starts; Next runs once they have all ended.
+	Children []checkpoint.Child
 }
 
 // Expiry policies for approvals nobody answers.

@@ -195,7 +195,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	if out.kind == 0 {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park, SleepUntil or FanOut", w.name, name))
 	}
-	if out.kind == KindNext || out.kind == KindSleep {
+	if out.kind == KindNext || out.kind == KindSleep || out.kind == KindChildren {
 		if d, ok := w.steps[out.next]; !ok || d.fn == nil {
 			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: next %w %q", w.name, name, ErrUnknownStep, out.next))
 		}
@@ -203,6 +203,12 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	var branches []checkpoint.Branch
 	if out.kind == KindFanOut {
 		if branches, err = w.fanOut(name, out.next, out.branches); err != nil {
+			return Result{}, Permanent(err)
+		}
+	}
+	var children []checkpoint.Child
+	if out.kind == KindChildren {
+		if children, err = w.childRuns(s, name, out.children); err != nil {
 			return Result{}, Permanent(err)
 		}
 	}
@@ -217,7 +223,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	if err != nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: encode state: %w", w.name, name, err))
 	}
-	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait, Until: out.until, Branches: branches}, nil
+	return Result{Kind: out.kind, Next: out.next, State: enc, Reason: out.reason, Wait: out.wait, Until: out.until, Branches: branches, Children: children}, nil
 }
 
 // Definition is a workflow as the engine sees it, whatever its state type.

@@ -198,3 +198,33 @@ func (w *Worker) gate(ctx context.Context, d *delivery, run checkpoint.Run, fan 
 	}
 	return outputs, spend, true
 }
+
+// childResults reads how the child runs step n of run started ended, with
+// each one's last committed state.
+func (w *Worker) childResults(ctx context.Context, run checkpoint.Run, n int) ([]steps.ChildResult, error) {
+	children, err := w.runs.ChildResults(ctx, run, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]steps.ChildResult, len(children))
+	for i, c := range children {
+		out[i] = steps.ChildResult{ID: c.ID, Workflow: c.Workflow, Status: c.Status, Error: c.Error}
+		if c.Step < 1 {
+			continue
+		}
+		cp, err := w.cfg.Store.Checkpoint(ctx, c.ID, c.Step)
+		if errors.Is(err, checkpoint.ErrNotFound) && c.Step > 1 {
+			// Ended before committing its cursor's step (cancelled, dead):
+			// the step before holds its last state.
+			cp, err = w.cfg.Store.Checkpoint(ctx, c.ID, c.Step-1)
+		}
+		if errors.Is(err, checkpoint.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("last checkpoint of child %s: %w", c.ID, err)
+		}
+		out[i].State = cp.State
+	}
+	return out, nil
+}

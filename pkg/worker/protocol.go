@@ -67,6 +67,9 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		case checkpoint.StatusWaiting:
 			next.Step, next.StepName, next.Status = cp.Step+1, cp.Next, checkpoint.StatusWaiting
 			next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At, Deadline: cp.WakeAt}
+			if len(cp.Children) > 0 {
+				next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At}
+			}
 		default:
 			next.Status, next.Error = cp.Status, cp.Error
 		}
@@ -199,6 +202,11 @@ func (w *Worker) statusChanged(ctx context.Context, run checkpoint.Run) {
 	if err := queue.PublishStatus(ctx, w.cfg.JetStream, run); err != nil {
 		zerolog.Ctx(ctx).Warn().Err(err).Str("status", string(run.Status)).Msg("status event not published")
 	}
+	// A child that ended may be the last its parent waits for. A resume
+	// lost here is made by the scheduler's repair.
+	if err := w.runs.ChildEnded(ctx, run); err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Msg("parent of an ended child run not resumed; the scheduler will")
+	}
 }
 
 func outcomeOf(s checkpoint.Status) string {
@@ -214,7 +222,15 @@ func outcomeOf(s checkpoint.Status) string {
 // continueAfter publishes step cp.Step+1 if run is still running at that
 // step, then acks. Used after a commit and for replays of committed steps.
 func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
-	if cp.FanOut != nil && run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
+	if len(cp.Children) > 0 && run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitChildren && run.Step == cp.Step+1 {
+		// The step started child runs: create them (again: idempotent by
+		// id) before acking, so that a crash after the commit loses none.
+		if err := w.runs.StartChildren(ctx, run, cp); err != nil {
+			w.retryTransient(d, "start child runs", err)
+			return
+		}
+		w.at(ctx, AfterPublish, d)
+	} else if cp.FanOut != nil && run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
 		// The step fanned out: its branches go on, or the join when all
 		// are in. Never a message for step n+1 under its own id.
 		var done []checkpoint.Checkpoint

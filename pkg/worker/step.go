@@ -177,11 +177,20 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 			return nil, res, 0, false
 		}
 	}
+	var children []steps.ChildResult
+	if snap.Previous != nil && len(snap.Previous.Children) > 0 {
+		var err error
+		if children, err = w.childResults(ctx, run, m.Step-1); err != nil {
+			w.retryTransient(d, "read child runs", err)
+			return nil, res, 0, false
+		}
+	}
 	w.at(ctx, BeforeStep, d)
 	sctx = steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
 		BranchOutputs: outputs,
+		Children:      children,
 		Journal:       journalOf(snap.Journal, run.Resumes),
 		Recorder:      recorder{w: w, d: d, gen: run.Resumes},
 		Approvals:     approvalsFor(run, m.Step),
@@ -267,6 +276,13 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 	case steps.KindFail:
 		cp.Status, cp.Error = checkpoint.StatusFailed, res.Reason
 		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
+	case steps.KindChildren:
+		// Committed like a timer: the run waits at the next step, which
+		// its children resume once they have all ended (continueAfter
+		// starts them).
+		cp.Next, cp.Status, cp.Children = res.Next, checkpoint.StatusWaiting, res.Children
+		next.Step, next.StepName, next.Status = m.Step+1, res.Next, checkpoint.StatusWaiting
+		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: m.Step + 1, StepName: res.Next, Since: cp.At}
 	case steps.KindFanOut:
 		// Committed like a step that goes on to the join; the branches
 		// run first (continueAfter publishes them).

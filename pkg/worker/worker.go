@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -137,6 +138,8 @@ type Worker struct {
 	c         counters
 	sem       chan struct{}
 	sticky    *sticky
+	// runs starts child runs and resumes their parents.
+	runs *client.Client
 }
 
 // New validates cfg and returns a worker.
@@ -175,7 +178,8 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NopMetrics{}
 	}
-	w := &Worker{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes)}
+	w := &Worker{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes),
+		runs: client.New(cfg.JetStream, cfg.Store)}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {

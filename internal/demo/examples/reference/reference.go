@@ -10,6 +10,7 @@ import (
 
 	"github.com/durable-run/durable/internal/demo/examples/agentloop"
 	"github.com/durable-run/durable/internal/demo/examples/claim"
+	"github.com/durable-run/durable/internal/demo/examples/claimsbatch"
 	"github.com/durable-run/durable/internal/demo/examples/fanout"
 	"github.com/durable-run/durable/internal/demo/examples/refundagent"
 	"github.com/durable-run/durable/internal/faults"
@@ -57,6 +58,7 @@ func Workflows() *steps.Registry {
 			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),
 			HTTP:        &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
 		}),
+		claimsbatch.New(),
 		agentloop.New(),
 		refundagent.New(refundagent.Config{
 			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),

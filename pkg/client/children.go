@@ -1,0 +1,163 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// waitWhat names what a wait that is not an approval waits for.
+func waitWhat(w *checkpoint.Wait) string {
+	switch w.Kind {
+	case checkpoint.WaitTimer:
+		return "timer"
+	case checkpoint.WaitChildren:
+		return "child runs"
+	}
+	return w.Kind
+}
+
+// StartChildren creates the child runs that checkpoint cp of parent lists
+// and publishes their first steps. It is idempotent: a child that exists
+// is started again only in the sense of Start (its first step published
+// again while it is there). Then, since every child may have ended
+// already (a redelivery after a crash), it resumes the parent if so. The
+// worker calls it after committing a step that started children.
+func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp checkpoint.Checkpoint) error {
+	ref := &checkpoint.ParentRef{RunID: parent.ID, Step: cp.Step}
+	for _, ch := range cp.Children {
+		_, _, err := c.Start(ctx, StartRequest{Workflow: ch.Workflow, RunID: ch.ID, Input: ch.Input, By: "run " + parent.ID, Parent: ref})
+		if err != nil {
+			return fmt.Errorf("start child %s of %s: %w", ch.ID, parent.ID, err)
+		}
+	}
+	_, err := c.ResumeParent(ctx, parent.ID)
+	return err
+}
+
+// ChildEnded resumes the parent of run, if it has one and run has ended
+// and every other child of the same step has too. The worker calls it
+// when a run reaches a terminal status; Cancel does too.
+func (c *Client) ChildEnded(ctx context.Context, run checkpoint.Run) error {
+	if run.Parent == nil || !run.Status.Terminal() {
+		return nil
+	}
+	_, err := c.ResumeParent(ctx, run.Parent.RunID)
+	return err
+}
+
+// ResumeParent resumes run id if it waits for child runs and all of them
+// have ended: a compare-and-set on the run, so of the children that end
+// at once exactly one resumes it, and then its next step is published
+// (id <run>:<n>:children). Every child that ends reads its siblings after
+// its own end is stored, so the last to end sees all ended. It reports
+// whether it resumed the run.
+func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
+	for {
+		run, err := c.store.GetRun(ctx, id)
+		if err != nil {
+			return false, fmt.Errorf("parent %s: %w", id, err)
+		}
+		if run.Status != checkpoint.StatusWaiting || run.Wait == nil || run.Wait.Kind != checkpoint.WaitChildren {
+			return false, nil
+		}
+		results, err := c.ChildResults(ctx, run, run.Wait.Step-1)
+		if err != nil {
+			return false, err
+		}
+		for _, r := range results {
+			if !r.Status.Terminal() {
+				return false, nil
+			}
+		}
+		now := time.Now().UTC()
+		next := run
+		next.Status, next.Wait, next.UpdatedAt = checkpoint.StatusRunning, nil, now
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
+			Kind: checkpoint.AuditChildren, Step: run.Step, At: now, Reason: fmt.Sprintf("all %d child runs ended", len(results)),
+		})
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("resume parent %s: %w", id, err)
+		}
+		c.statusChanged(ctx, stored)
+		if err := c.publish(ctx, stored, fmt.Sprintf("%s:%d:children", stored.ID, stored.Step)); err != nil {
+			return true, fmt.Errorf("parent %s resumed but its step was not published; the scheduler's repair publishes it: %w", id, err)
+		}
+		return true, nil
+	}
+}
+
+// ChildStatus is how a child run stands, for ChildResults.
+type ChildStatus struct {
+	ID       string
+	Workflow string
+	Status   checkpoint.Status
+	Error    string
+	// Step is the child's cursor: its last step once it has ended.
+	Step int
+}
+
+// ChildResults reads the child runs that step n of run started (its
+// checkpoint lists them), in the order they were started. A child not
+// created yet reads as running.
+func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([]ChildStatus, error) {
+	cp, err := c.store.Checkpoint(ctx, run.ID, n)
+	if err != nil {
+		return nil, fmt.Errorf("children of %s:%d: %w", run.ID, n, err)
+	}
+	out := make([]ChildStatus, 0, len(cp.Children))
+	for _, ch := range cp.Children {
+		s := ChildStatus{ID: ch.ID, Workflow: ch.Workflow, Status: checkpoint.StatusRunning}
+		child, err := c.store.GetRun(ctx, ch.ID)
+		switch {
+		case errors.Is(err, checkpoint.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("child %s of %s: %w", ch.ID, run.ID, err)
+		case child.Parent == nil || child.Parent.RunID != run.ID:
+			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("run id %s is taken by another run", ch.ID)
+		default:
+			s.Status, s.Error, s.Step = child.Status, child.Error, child.Step
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// cancelChildren cancels the children of run that have not ended, when
+// run waits (or waited, until it was cancelled) for child runs at its
+// cursor.
+func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by string) error {
+	if run.Step < 2 {
+		return nil
+	}
+	cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1)
+	if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && len(cp.Children) == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("children of %s: %w", run.ID, err)
+	}
+	for _, ch := range cp.Children {
+		child, err := c.store.GetRun(ctx, ch.ID)
+		if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && (child.Parent == nil || child.Parent.RunID != run.ID)) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("child %s of %s: %w", ch.ID, run.ID, err)
+		}
+		if child.Status.Terminal() && child.Status != checkpoint.StatusCancelled {
+			continue
+		}
+		if _, err := c.Cancel(ctx, ch.ID, by+" (parent "+run.ID+" cancelled)"); err != nil && !errors.Is(err, ErrNotActive) {
+			return err
+		}
+	}
+	return nil
+}
