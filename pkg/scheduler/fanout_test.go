@@ -92,3 +92,65 @@ func TestStuckFanOutRepaired(t *testing.T) {
 		})
 	}
 }
+
+// Acceptance (issue 15): a parent whose children all ended but whose
+// resume was lost (its last child's worker died between the child's end
+// and the parent's resume) is resumed by the scheduler's repair, and its
+// next step reads how the children ended.
+func TestParentOfEndedChildrenResumed(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			ctx := context.Background()
+			flow := steps.New[one]("parent", 1).
+				Step("start", func(_ context.Context, _ *steps.Context, st one) (steps.Outcome[one], error) {
+					return steps.Outcome[one]{}, fmt.Errorf("the children are seeded by the test")
+				}).
+				Step("collect", func(_ context.Context, s *steps.Context, st one) (steps.Outcome[one], error) {
+					results, err := steps.ChildResults(s)
+					if err != nil {
+						return steps.Outcome[one]{}, err
+					}
+					for _, r := range results {
+						var c one
+						if r.Status == checkpoint.StatusCompleted && json.Unmarshal(r.State, &c) == nil {
+							st.I += c.I
+						}
+					}
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(flow), nil)
+			old := time.Now().Add(-time.Hour)
+			run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: "p-1", Workflow: "parent", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "start", CreatedAt: old, UpdatedAt: old})
+			if err != nil {
+				t.Fatal(err)
+			}
+			children := []checkpoint.Child{{ID: "p-1-1", Workflow: "child"}, {ID: "p-1-2", Workflow: "child"}, {ID: "p-1-3", Workflow: "child"}}
+			next := run
+			next.Status, next.Step, next.StepName = checkpoint.StatusWaiting, 2, "collect"
+			next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: 2, StepName: "collect", Since: old}
+			if _, err := f.Store.Commit(ctx, next, checkpoint.Checkpoint{RunID: "p-1", Step: 1, Name: "start", State: json.RawMessage(`{}`), Next: "collect", Status: checkpoint.StatusWaiting, Children: children, At: old}); err != nil {
+				t.Fatal(err)
+			}
+			for i, ch := range children {
+				status := checkpoint.StatusCompleted
+				if i == 2 {
+					status = checkpoint.StatusCancelled
+				}
+				c, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: ch.ID, Workflow: "child", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old, Parent: &checkpoint.ParentRef{RunID: "p-1", Step: 1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Status = status
+				if _, err := f.Store.Commit(ctx, c, checkpoint.Checkpoint{RunID: ch.ID, Step: 1, Name: "only", State: json.RawMessage(fmt.Sprintf(`{"i":%d}`, 10*(i+1))), Status: status, At: old}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter = time.Minute; c.RepairInterval = 200 * time.Millisecond })
+			done := f.WaitStatus("p-1", checkpoint.StatusCompleted, 30*time.Second)
+			if cps := f.Checkpoints("p-1"); len(cps) != 2 || string(cps[1].State) != `{"i":30}` {
+				t.Fatalf("parent (%s) checkpoints %+v: want the completed children's sum 30", done.Status, cps)
+			}
+		})
+	}
+}

@@ -144,3 +144,58 @@ func fanOutSnapshot(t testing.TB, f *fleet, ids []string) string {
 	b, _ := json.Marshal(out)
 	return string(b)
 }
+
+// Acceptance (issue 15): SIGKILL after a step that starts child runs is
+// committed, before any child is created: the redelivery creates them
+// (ids derived from the parent, so never twice), they wait for their
+// adjusters holding no worker, and the last to end resumes the parent.
+func TestChildRunsCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process-level crash test")
+	}
+	for _, kind := range []string{"redis", "kv"} {
+		t.Run(kind, func(t *testing.T) {
+			f := newFleet(t, kind, "batch-1:1:after-checkpoint")
+			f.startWorker()
+			f.startWorker()
+			f.waitRegistered()
+			ctx := context.Background()
+			if _, _, err := f.client.Start(ctx, client.StartRequest{Workflow: "claims-batch", RunID: "batch-1", Input: json.RawMessage(`{"count": 3}`)}); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, time.Minute, "children created", func() bool {
+				_, err := f.store.GetRun(ctx, "batch-1-3")
+				return err == nil
+			})
+			f.drive([]string{"batch-1-1", "batch-1-2", "batch-1-3"}, 2*time.Minute, nil)
+			testenv.Eventually(t, time.Minute, "batch-1 completed", func() bool {
+				run, err := f.store.GetRun(ctx, "batch-1")
+				return err == nil && run.Status == checkpoint.StatusCompleted
+			})
+			if got := f.killCount(); got != 1 {
+				t.Errorf("%d workers killed, want 1", got)
+			}
+			cps, err := f.store.Checkpoints(ctx, "batch-1")
+			if err != nil || len(cps) != 2 {
+				t.Fatalf("batch-1: %d checkpoints (%v)", len(cps), err)
+			}
+			var st struct {
+				Paid int64 `json:"paid"`
+			}
+			if err := json.Unmarshal(cps[1].State, &st); err != nil || st.Paid != 3*1840 {
+				t.Errorf("batch-1 state %s, want paid %d", cps[1].State, 3*1840)
+			}
+			pays := listPayments(t, f)
+			for i := 1; i <= 3; i++ {
+				id := fmt.Sprintf("batch-1-%d", i)
+				if p, ok := pays[id+":step6"]; !ok || p.Amount != 1840 || p.Requests != 1 {
+					t.Errorf("%s: payment %+v", id, p)
+				}
+			}
+			if len(pays) != 3 {
+				t.Errorf("%d payments, want 3", len(pays))
+			}
+			f.stopAll()
+		})
+	}
+}
