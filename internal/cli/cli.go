@@ -38,6 +38,8 @@ Usage:
   durable stats [--sample 1000] [--stuck-after 5m] [--json]
                                       duplicate effects, resume rate, stuck runs, checkpoint size
   durable approve RUN --by WHO [--reject] [--reason TEXT]
+  durable signal RUN NAME [--data JSON] [--id ID] [--by WHO] [--json]
+                                      deliver a named signal (kept until a step waits for it)
   durable token create --file FILE --id WHO --groups G1,G2
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
                 [--parked N] [--only parked] [--sweep-schedulers K] [--json] [--profile DIR]
@@ -76,6 +78,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdRuns(ctx, rest, stdout, stderr)
 	case "approve":
 		err = cmdApprove(ctx, rest, stdout, stderr)
+	case "signal":
+		err = cmdSignal(ctx, rest, stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, rest, stdout, stderr)
 	case "stats":

@@ -137,6 +137,8 @@ func printRun(w io.Writer, v client.RunView) {
 	switch {
 	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitChildren:
 		fmt.Fprintf(w, "waiting since %s for its child runs to end (step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
+	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitSignal:
+		fmt.Fprintf(w, "waiting since %s for signal %s, deadline %s (durable signal %s %s --data JSON)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Name, v.Wait.Deadline.Local().Format(time.DateTime), v.RunID, v.Wait.Name)
 	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitTimer:
 		fmt.Fprintf(w, "sleeping since %s until %s (a durable timer; step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
 	case v.Wait != nil:
@@ -162,6 +164,7 @@ func printRun(w io.Writer, v client.RunView) {
 	_ = tw.Flush()
 	printBranches(w, v.Branches)
 	printChildren(w, v.Children)
+	printSignals(w, v.Signals)
 	if len(v.PendingFailures) > 0 {
 		last := v.PendingFailures[len(v.PendingFailures)-1]
 		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
@@ -198,6 +201,25 @@ func printRun(w io.Writer, v client.RunView) {
 		}
 	}
 	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// printSignals lists the signals delivered to the run.
+func printSignals(w io.Writer, signals []checkpoint.Signal) {
+	if len(signals) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nSIGNALS")
+	for _, s := range signals {
+		state := "pending"
+		if s.ConsumedBy > 0 {
+			state = fmt.Sprintf("consumed by step %d", s.ConsumedBy)
+		}
+		if s.Expired {
+			fmt.Fprintf(w, "  %s  wait for %s expired; %s\n", s.At.Local().Format(time.DateTime), s.Name, state)
+			continue
+		}
+		fmt.Fprintf(w, "  %s  %s (id %s) by %s via %s, %d bytes; %s\n", s.At.Local().Format(time.DateTime), s.Name, s.ID, s.By, s.Channel, len(s.Data), state)
+	}
 }
 
 // printChildren lists the child runs the run's steps started.

@@ -96,6 +96,9 @@ type Run struct {
 	FailedBranch int `json:"failed_branch,omitempty"`
 	// Parent is set on a child run: the run and step that started it.
 	Parent *ParentRef `json:"parent,omitempty"`
+	// Signals holds every signal delivered to the run, oldest first,
+	// pending or consumed, and the expiries of waits for one.
+	Signals []Signal `json:"signals,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
 	// Audit records every event of the run's waits: parks, decisions,
@@ -124,7 +127,35 @@ const (
 	WaitApproval = "approval" // a person or system must decide (the default)
 	WaitTimer    = "timer"    // a durable timer: the scheduler wakes the run
 	WaitChildren = "children" // child runs: the last to end resumes the run
+	WaitSignal   = "signal"   // a named signal (Wait.Name), with a deadline
 )
+
+// Signal is a named event delivered to a run (`durable signal`, the
+// approver's API, a signed event), or the expiry of a wait for one.
+type Signal struct {
+	Name string `json:"name"`
+	// ID identifies the signal for retries: a second signal of the same
+	// id is the same signal.
+	ID      string          `json:"id"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	By      string          `json:"by,omitempty"`
+	Channel string          `json:"channel,omitempty"`
+	At      time.Time       `json:"at"`
+	// Expired marks the expiry of a wait for Name: no signal came in time.
+	Expired bool `json:"expired,omitempty"`
+	// ConsumedBy is the step whose commit consumed it, under the run's
+	// generation ConsumedGen; 0 while it is pending.
+	ConsumedBy  int `json:"consumed_by,omitempty"`
+	ConsumedGen int `json:"consumed_gen,omitempty"`
+}
+
+// MaxSignalBytes bounds a signal's data; larger data belongs in the blob
+// store, with its reference in the signal.
+const MaxSignalBytes = 64 << 10
+
+// ValidSignalName reports whether name can name a signal: 1-64 letters,
+// digits, '-' or '_'.
+func ValidSignalName(name string) bool { return len(name) <= 64 && ValidID(name) }
 
 // IsApproval reports whether the wait is for a decision (the kinds Decide
 // and the approval expiry policies apply to).
@@ -141,6 +172,8 @@ type Wait struct {
 	Group         string          `json:"group"`
 	Since         time.Time       `json:"since"`
 	Deadline      time.Time       `json:"deadline"`
+	// Name is the signal a signal wait waits for.
+	Name string `json:"name,omitempty"`
 	// OnExpiry is the expiry policy: "reject", "escalate" or "remind".
 	OnExpiry   string `json:"on_expiry,omitempty"`
 	EscalateTo string `json:"escalate_to,omitempty"`
@@ -185,6 +218,7 @@ const (
 	AuditTimer     = "timer"     // a durable timer fired
 	AuditRedriven  = "redriven"  // an operator put a dead run back to work
 	AuditChildren  = "children"  // every child run ended; the run resumed
+	AuditSignal    = "signal"    // a signal was delivered
 )
 
 // AuditEntry is one recorded event of a run's waits.
@@ -229,6 +263,8 @@ type Checkpoint struct {
 	// FanOut is set on the checkpoint of a step that fanned out: the
 	// branches to run before the join, step Step+1, named by Next.
 	FanOut *FanOut `json:"fan_out,omitempty"`
+	// Signals are the ids of the signals the step consumed.
+	Signals []string `json:"signals,omitempty"`
 	// Children is set on the checkpoint of a step that started child runs:
 	// the run waits at step Step+1 until every one has ended.
 	Children []Child `json:"children,omitempty"`
@@ -294,6 +330,12 @@ func (cp Checkpoint) Size() int {
 	}
 	if cp.FanOut != nil {
 		n += cp.FanOut.size()
+	}
+	if len(cp.Signals) > 0 {
+		n += len(`,"signals":[]`)
+		for _, id := range cp.Signals {
+			n += len(`"",`) + len(id)
+		}
 	}
 	if len(cp.Children) > 0 {
 		n += len(`,"children":[]`)
@@ -427,10 +469,13 @@ type Filter struct {
 // WorkflowInfo is what a worker advertises about a workflow it can run, so
 // that `durable start` can refuse unknown workflows.
 type WorkflowInfo struct {
-	Name      string    `json:"name"`
-	Version   int       `json:"version"`
-	FirstStep string    `json:"first_step"`
-	Steps     []string  `json:"steps"`
+	Name      string   `json:"name"`
+	Version   int      `json:"version"`
+	FirstStep string   `json:"first_step"`
+	Steps     []string `json:"steps"`
+	// Signals the workflow's steps wait for; a signal of another name is
+	// refused.
+	Signals   []string  `json:"signals,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
 

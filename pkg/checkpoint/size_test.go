@@ -30,6 +30,7 @@ func TestSizeBoundsTheEncoding(t *testing.T) {
 			Effects: []checkpoint.Effect{{Key: "k1"}, {Key: "k2", Replayed: true}}},
 		"fan-out": {RunID: "f", Step: 2, Name: "split", State: json.RawMessage(`{}`), Next: "sum", Status: checkpoint.StatusRunning, At: at,
 			FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "pay", Input: json.RawMessage(`{"i":1}`)}, {Step: "pay", Input: big}, {Step: "pay"}}}},
+		"signals": {RunID: "s", Step: 1, Name: "await", State: json.RawMessage(`{}`), Status: checkpoint.StatusCompleted, At: at, Signals: []string{"sig-1", "expired-2"}},
 		"children": {RunID: "b", Step: 1, Name: "start", State: json.RawMessage(`{}`), Next: "collect", Status: checkpoint.StatusWaiting, At: at,
 			Children: []checkpoint.Child{{ID: "b-1", Workflow: "claim", Input: json.RawMessage(`{"amount":1840}`)}, {ID: "b-2", Workflow: "claim"}}},
 		"branch": {RunID: "f", Step: 3, Branch: 1000, Name: "pay", State: json.RawMessage(`{"paid":1}`), Status: checkpoint.StatusRunning, At: at},

@@ -17,6 +17,7 @@ const (
 	ExpireEscalated = "escalated" // the request moved to another group with a new TTL
 	ExpireReminded  = "reminded"  // a reminder went out; the TTL starts again
 	ExpireWoke      = "woke"      // a durable timer fired
+	ExpireSignal    = "signal"    // a signal wait expired; the step runs again
 )
 
 // ExpireResult says what Expire did and when the run is due next (zero
@@ -86,6 +87,19 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 	ttl := w.Deadline.Sub(w.Since)
 	if ttl <= 0 {
 		ttl = time.Minute
+	}
+	if w.Kind == checkpoint.WaitSignal {
+		// The step runs again and learns that no signal came in time.
+		reason := fmt.Sprintf("no signal %s within %s", w.Name, ttl)
+		next.Signals = append(append([]checkpoint.Signal(nil), run.Signals...), checkpoint.Signal{
+			Name: w.Name, ID: fmt.Sprintf("expired-%d-%d", w.Step, run.Resumes), Expired: true, At: now, By: "scheduler", Channel: ChannelScheduler,
+		})
+		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Reason: reason})
+		next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
+		next.Resumes++
+		return ExpireResult{Action: ExpireSignal}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
+			return c.publish(ctx, r, signalResumeID(r))
+		}
 	}
 	if w.Kind == checkpoint.WaitTimer {
 		next.Status, next.Wait = checkpoint.StatusRunning, nil

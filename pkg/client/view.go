@@ -32,6 +32,8 @@ type RunView struct {
 	Checkpoints []CheckpointView  `json:"checkpoints"`
 	// Parent is the run and step that started this run, for a child run.
 	Parent *checkpoint.ParentRef `json:"parent,omitempty"`
+	// Signals delivered to the run, pending or consumed, oldest first.
+	Signals []checkpoint.Signal `json:"signals,omitempty"`
 	// Children lists the child runs the run's steps started, in order.
 	Children []ChildView `json:"children,omitempty"`
 	// Branches lists the branches of the run's fan-outs, committed or not,
@@ -192,7 +194,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy,
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt, Error: run.Error, Resumes: run.Resumes,
 		Redrives: run.Redrives, Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals,
-		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent,
+		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent, Signals: run.Signals,
 	}
 	if v.Approvals == nil {
 		v.Approvals = []checkpoint.Approval{}

@@ -38,6 +38,10 @@ type ContextConfig struct {
 	// Children are how the child runs the step before started ended, in
 	// the order they were started; nil in any other step.
 	Children []ChildResult
+	// Signals are the signals delivered to the run that the step may
+	// read: those no step consumed yet, and those this step consumed in
+	// this generation, oldest first.
+	Signals []checkpoint.Signal
 	// Attempt is the delivery of this step (1 = first).
 	Attempt int
 	// Journal holds calls recorded by earlier attempts of this step.
@@ -66,6 +70,7 @@ type Context struct {
 	calls    []checkpoint.CallRecord
 	effects  []checkpoint.Effect
 	effect   string // the name of the step's Effect, once made
+	signals  map[string]bool
 	spent    float64
 	mismatch bool
 }

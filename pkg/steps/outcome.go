@@ -19,7 +19,8 @@ const (
 	KindComplete
 	// KindFail: the run failed for a business reason (no retry).
 	KindFail
-	// KindWait: park the run until a person or system decides.
+	// KindWait: park the run until a person or system decides, or a
+	// signal comes.
 	KindWait
 	// KindSleep: commit the state, then go to a named step at a given time.
 	KindSleep
@@ -62,6 +63,7 @@ type Outcome[S any] struct {
 	until    time.Time
 	branches []Branch
 	children []Child
+	signal   *SignalWait
 }
 
 // Next moves the run to the step named step with state. The name may be chosen
@@ -111,6 +113,8 @@ type Result struct {
 	Branches []checkpoint.Branch
 	// Children a step starts; Next runs once they have all ended.
 	Children []checkpoint.Child
+	// Signal is set, instead of Wait, when a step waits for a signal.
+	Signal *SignalWait
 }
 
 // Expiry policies for approvals nobody answers.

@@ -55,6 +55,7 @@ type Workflow[S any] struct {
 	order   []string
 	init    func(input json.RawMessage) (S, error)
 	caps    Caps
+	signals []string
 	errs    []error
 }
 
@@ -212,6 +213,12 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 			return Result{}, Permanent(err)
 		}
 	}
+	if out.kind == KindWait && out.signal != nil {
+		if err := w.validSignal(name, out.signal); err != nil {
+			return Result{}, Permanent(err)
+		}
+		return Result{Kind: KindWait, Signal: out.signal}, nil
+	}
 	if out.kind == KindWait {
 		// A parked run keeps the state it had: the step runs again from it.
 		if err := out.wait.validate(); err != nil {
@@ -233,6 +240,8 @@ type Definition interface {
 	Version() int
 	FirstStep() string
 	StepNames() []string
+	// SignalNames lists the signals the workflow waits for.
+	SignalNames() []string
 	Retry(step string) RetryPolicy
 	Caps() Caps
 	Validate() error

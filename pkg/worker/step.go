@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -191,6 +192,7 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
 		BranchOutputs: outputs,
 		Children:      children,
+		Signals:       signalsFor(run, m.Step),
 		Journal:       journalOf(snap.Journal, run.Resumes),
 		Recorder:      recorder{w: w, d: d, gen: run.Resumes},
 		Approvals:     approvalsFor(run, m.Step),
@@ -266,6 +268,9 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 	next.Steps = run.Steps + 1
 	cp.Spend = sctx.Spent()
 	next.Spend = run.Spend + cp.Spend
+	cp.Signals = sctx.ConsumedSignals()
+	sort.Strings(cp.Signals)
+	next.Signals = consume(run, m.Step, cp.Signals)
 	switch res.Kind {
 	case steps.KindNext:
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning

@@ -192,7 +192,29 @@ func withCursor(stored, next checkpoint.Run) checkpoint.Run {
 	stored.Wait, stored.Error = next.Wait, next.Error
 	stored.Steps, stored.Spend = next.Steps, next.Spend
 	stored.UpdatedAt = next.UpdatedAt
+	stored.Signals = withConsumed(stored.Signals, next.Signals)
 	return stored
+}
+
+// withConsumed returns stored's signals (new ones may have come since the
+// commit's read) with the consumption marks the commit made in next.
+func withConsumed(stored, next []checkpoint.Signal) []checkpoint.Signal {
+	marks := map[string]checkpoint.Signal{}
+	for _, s := range next {
+		if s.ConsumedBy != 0 {
+			marks[s.ID] = s
+		}
+	}
+	if len(marks) == 0 {
+		return stored
+	}
+	out := append([]checkpoint.Signal(nil), stored...)
+	for i := range out {
+		if m, ok := marks[out[i].ID]; ok && out[i].ConsumedBy == 0 {
+			out[i].ConsumedBy, out[i].ConsumedGen = m.ConsumedBy, m.ConsumedGen
+		}
+	}
+	return out
 }
 
 // advancedBy reports whether run has already moved on from step cp.Step

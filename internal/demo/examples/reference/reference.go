@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/internal/demo/examples/claimsbatch"
 	"github.com/durable-run/durable/internal/demo/examples/fanout"
 	"github.com/durable-run/durable/internal/demo/examples/refundagent"
+	"github.com/durable-run/durable/internal/demo/examples/shipment"
 	"github.com/durable-run/durable/internal/faults"
 	"github.com/durable-run/durable/pkg/agent"
 	"github.com/durable-run/durable/pkg/metrics"
@@ -59,6 +60,7 @@ func Workflows() *steps.Registry {
 			HTTP:        &http.Client{Timeout: 10 * time.Second, Transport: metrics.Default().Transport("payments", nil)},
 		}),
 		claimsbatch.New(),
+		shipment.New(),
 		agentloop.New(),
 		refundagent.New(refundagent.Config{
 			PaymentsURL: os.Getenv("DURABLE_PAYMENTS_URL"),

@@ -1,0 +1,79 @@
+// Package shipment is the reference workflow of signals: a run waits,
+// holding no worker, for the signal "delivered" from the shipping system
+// (`durable signal RUN delivered --data JSON`, the approver's API, or a
+// signed event); it keeps the signal's data and completes, or fails with
+// the reason when the TTL passes first.
+package shipment
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// Name, Version and the signal of the workflow.
+const (
+	Name      = "shipment"
+	Version   = 1
+	Delivered = "delivered"
+	// DefaultTTL when the input names none.
+	DefaultTTL = "72h"
+)
+
+// Input of a run: {"ttl": "<Go duration>"}.
+type Input struct {
+	TTL string `json:"ttl"`
+}
+
+// State of a run.
+type State struct {
+	TTL string `json:"ttl"`
+	// Delivered is the data of the delivered signal.
+	Delivered   json.RawMessage `json:"delivered,omitempty"`
+	DeliveredBy string          `json:"delivered_by,omitempty"`
+}
+
+// New returns the shipment workflow.
+func New() *steps.Workflow[State] {
+	return steps.New[State](Name, Version).
+		Init(initState).
+		Signals(Delivered).
+		Step("await-delivery", awaitDelivery)
+}
+
+func initState(raw json.RawMessage) (State, error) {
+	var in Input
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &in); err != nil {
+			return State{}, err
+		}
+	}
+	st := State{TTL: in.TTL}
+	if st.TTL == "" {
+		st.TTL = DefaultTTL
+	}
+	return st, nil
+}
+
+func awaitDelivery(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+	ttl, err := time.ParseDuration(st.TTL)
+	if err != nil || ttl <= 0 {
+		return steps.Fail(st, fmt.Sprintf("ttl %q: want a positive Go duration such as 72h", st.TTL)), nil
+	}
+	sig, err := s.Signal(Delivered)
+	if errors.Is(err, steps.ErrSignalExpired) {
+		return steps.Fail(st, fmt.Sprintf("no %s signal within %s", Delivered, st.TTL)), nil
+	}
+	if err != nil {
+		return steps.Outcome[State]{}, err
+	}
+	if sig == nil {
+		return steps.AwaitSignal[State](Delivered, ttl), nil
+	}
+	st.Delivered, st.DeliveredBy = sig.Data, sig.By
+	return steps.Complete(st), nil
+}

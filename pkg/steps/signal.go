@@ -1,0 +1,96 @@
+package steps
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// SignalWait is what a step waiting for a signal asks for.
+type SignalWait struct {
+	Name string
+	// TTL until the wait expires: the step then runs again and Signal
+	// returns ErrSignalExpired. Default 72h.
+	TTL time.Duration
+}
+
+// AwaitSignal parks the run until the signal name is delivered (`durable
+// signal RUN NAME`, the approver's API, a signed event), holding no
+// worker. The same step then runs again from its start, on the state it
+// started with, and reads the signal with Context.Signal. A signal that
+// came before the wait is kept and read at once: the step does not park.
+// The workflow must declare name with Workflow.Signals. S is the
+// workflow's state type: steps.AwaitSignal[Shipment]("delivered", ttl).
+func AwaitSignal[S any](name string, ttl time.Duration) Outcome[S] {
+	return Outcome[S]{kind: KindWait, signal: &SignalWait{Name: name, TTL: ttl}}
+}
+
+// ErrSignalExpired: the wait for a signal reached its TTL first.
+var ErrSignalExpired = errors.New("signal wait expired")
+
+// Signal returns the oldest signal name delivered to the run that no
+// earlier step consumed, or nil when none came yet (the step should
+// return AwaitSignal). When the step commits, the signals it read are
+// consumed: a re-run of the step reads the same one, a later step does
+// not. After a wait for name expired it returns ErrSignalExpired.
+func (s *Context) Signal(name string) (*checkpoint.Signal, error) {
+	for _, sig := range s.cfg.Signals {
+		if sig.Name != name {
+			continue
+		}
+		s.mu.Lock()
+		if s.signals == nil {
+			s.signals = map[string]bool{}
+		}
+		s.signals[sig.ID] = true
+		s.mu.Unlock()
+		if sig.Expired {
+			return nil, fmt.Errorf("signal %s of %s: %w at %s", name, s.IdempotencyKey(), ErrSignalExpired, sig.At.Format(time.RFC3339))
+		}
+		sig := sig
+		return &sig, nil
+	}
+	return nil, nil
+}
+
+// ConsumedSignals returns the ids of the signals (and expiries) this
+// attempt read: the worker marks them consumed when the step commits.
+func (s *Context) ConsumedSignals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.signals))
+	for id := range s.signals {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Signals declares the signals the workflow's steps wait for: a signal of
+// another name is refused when it is sent, and AwaitSignal of another
+// name is an error.
+func (w *Workflow[S]) Signals(names ...string) *Workflow[S] {
+	for _, n := range names {
+		if !checkpoint.ValidSignalName(n) {
+			w.errs = append(w.errs, fmt.Errorf("workflow %s: signal name %q: use 1-64 letters, digits, '-' or '_'", w.name, n))
+		}
+		w.signals = append(w.signals, n)
+	}
+	return w
+}
+
+// SignalNames lists the signals the workflow declared.
+func (w *Workflow[S]) SignalNames() []string { return append([]string(nil), w.signals...) }
+
+func (w *Workflow[S]) validSignal(step string, sw *SignalWait) error {
+	if sw.TTL < 0 {
+		return fmt.Errorf("workflow %s step %s: signal wait TTL %s is negative", w.name, step, sw.TTL)
+	}
+	for _, n := range w.signals {
+		if n == sw.Name {
+			return nil
+		}
+	}
+	return fmt.Errorf("workflow %s step %s: awaits signal %q, which the workflow does not declare (Workflow.Signals)", w.name, step, sw.Name)
+}
