@@ -24,6 +24,15 @@
 // body or no payload_sha256, 413 body over MaxBody. Errors are
 // {"error": "...", "code": "..."}.
 //
+// Signals: POST /api/runs/{run}/signals/{name} with {"data": <JSON>,
+// "id": "<optional, for retries>"} delivers a signal (any valid token; the
+// token's identity is recorded): 200 SignalResult, 400 malformed body,
+// name, id or data, 401, 404 unknown run, 409 ended run or a name the
+// run's workflow does not wait for, 413 data over 64 KiB. Signal events:
+// subject durable.signals.<system>, body SignalEvent, signed as approval
+// events; the signal's id on the run derives from the system and the
+// event id, so a replay to any replica is delivered once.
+//
 // Events: subject durable.approvals.<system>, body Event, header
 // Durable-Signature: sha256=<hex HMAC-SHA256 of the body>. Event ids are
 // remembered in memory by the replica that handled them (several

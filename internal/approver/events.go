@@ -215,22 +215,30 @@ func (s *Server) consumeEvents(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to approval events: %w", err)
 	}
-	closed := sub.StatusChanged(nats.SubscriptionClosed)
+	signals, err := s.cfg.NATS.QueueSubscribe(SignalSubjectPrefix+"*", EventQueue, s.handleSignalEvent)
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("subscribe to signal events: %w", err)
+	}
+	closed := []<-chan nats.SubStatus{sub.StatusChanged(nats.SubscriptionClosed), signals.StatusChanged(nats.SubscriptionClosed)}
 	// The subscription is registered again on every reconnect; the flush
 	// only tells whether the server has it now.
 	if err := s.cfg.NATS.FlushTimeout(5 * time.Second); err != nil {
 		s.log.Warn().Err(err).Msg("approval events: subscription not confirmed by NATS yet")
 	}
-	s.log.Info().Str("subject", EventSubjectPrefix+"*").Int("systems", len(s.cfg.EventSecrets)).Msg("consuming approval events")
+	s.log.Info().Str("subject", EventSubjectPrefix+"*").Int("systems", len(s.cfg.EventSecrets)).Str("signals", SignalSubjectPrefix+"*").Msg("consuming approval and signal events")
 	<-ctx.Done()
-	if err := sub.Drain(); err != nil {
-		_ = sub.Unsubscribe()
-		return nil
-	}
-	select {
-	case <-closed:
-	case <-time.After(15 * time.Second):
-		_ = sub.Unsubscribe()
+	deadline := time.After(15 * time.Second)
+	for k, sb := range []*nats.Subscription{sub, signals} {
+		if err := sb.Drain(); err != nil {
+			_ = sb.Unsubscribe()
+			continue
+		}
+		select {
+		case <-closed[k]:
+		case <-deadline:
+			_ = sb.Unsubscribe()
+		}
 	}
 	return nil
 }

@@ -146,7 +146,7 @@ func newHarness(t testing.TB, kind string, mod func(*approver.Config)) *harness 
 func (h *harness) startWorker() {
 	h.t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
-	reg := steps.NewRegistry().MustRegister(approvalFlow())
+	reg := steps.NewRegistry().MustRegister(approvalFlow(), signalFlow())
 	w, err := worker.New(worker.Config{JetStream: h.js, Store: h.store, Registry: reg, Concurrency: 8, AckWait: 2 * time.Second, DrainTimeout: 3 * time.Second, Logger: &log})
 	if err != nil {
 		h.t.Fatal(err)
@@ -162,7 +162,7 @@ func (h *harness) startWorker() {
 	})
 	testenv.Eventually(h.t, 10*time.Second, "workflows registered", func() bool {
 		infos, err := h.store.Workflows(context.Background())
-		return err == nil && len(infos) >= 1
+		return err == nil && len(infos) >= 2
 	})
 }
 
@@ -297,12 +297,19 @@ func decision(sha string, step int, reason string) string {
 	return string(b)
 }
 
-// publishEvent publishes ev on the subject of system, signed with secret
-// (no header when secret is ""), as a request, and returns the reply. It
-// retries while the approver has not subscribed yet.
+// publishEvent publishes body on the approval subject of system, signed
+// with secret; see publishOn.
 func (h *harness) publishEvent(system, secret string, body []byte) approver.EventReply {
 	h.t.Helper()
-	msg := nats.NewMsg(approver.EventSubjectPrefix + system)
+	return h.publishOn(approver.EventSubjectPrefix+system, secret, body)
+}
+
+// publishOn publishes ev on subject, signed with secret
+// (no header when secret is ""), as a request, and returns the reply. It
+// retries while the approver has not subscribed yet.
+func (h *harness) publishOn(subject, secret string, body []byte) approver.EventReply {
+	h.t.Helper()
+	msg := nats.NewMsg(subject)
 	msg.Data = body
 	if secret != "" {
 		msg.Header.Set(approver.SignatureHeader, approver.Sign(secret, body))

@@ -95,6 +95,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/api/approvals", s.method(http.MethodGet, s.handleList))
 	mux.HandleFunc("/api/approvals/{run}", s.method(http.MethodGet, s.handleGet))
 	mux.HandleFunc("/api/approvals/{run}/{action}", s.method(http.MethodPost, s.handleDecide))
+	mux.HandleFunc("/api/runs/{run}/signals/{name}", s.method(http.MethodPost, s.handleSignal))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: the API is GET /api/approvals, GET /api/approvals/{run}, POST /api/approvals/{run}/approve and POST /api/approvals/{run}/reject")
 	})

@@ -158,7 +158,7 @@ func TestApproverProcess(t *testing.T) {
 		t.Fatalf("approver did not stop on SIGTERM:\n%s", logs.String())
 	}
 	out := logs.String()
-	if !strings.Contains(out, "approver stopped") || !strings.Contains(out, "consuming approval events") || strings.Contains(out, token) {
+	if !strings.Contains(out, "approver stopped") || !strings.Contains(out, "consuming approval and signal events") || strings.Contains(out, token) {
 		t.Errorf("approver log:\n%s", out)
 	}
 	exited <- nil // for the cleanup
