@@ -53,6 +53,10 @@ type Config struct {
 	// ParkedOnly runs the waiting-at-scale phase alone (on the Redis
 	// store; Stores, SkipFloor, Runs and LatencyRuns do not apply).
 	ParkedOnly bool
+	// FanOutOnly runs the fan-out phase alone, on each of Stores (one
+	// 1,000-branch run against one 1,000-step run); without it the phase
+	// runs after the claims-9 phases.
+	FanOutOnly bool
 	// Dir holds the servers' data and the worker logs. Default: a new
 	// temporary directory, removed at the end.
 	Dir string
@@ -99,6 +103,12 @@ func (c *Config) settle() error {
 	}
 	if c.SweepSchedulers < 1 {
 		return fmt.Errorf("sweep schedulers %d: want at least 1", c.SweepSchedulers)
+	}
+	if c.ParkedOnly && c.FanOutOnly {
+		return errors.New("one phase alone at a time: parked or fanout")
+	}
+	if c.FanOutOnly {
+		c.SkipFloor, c.Parked = true, 0
 	}
 	if c.ParkedOnly {
 		if c.Parked == 0 {
@@ -250,12 +260,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer b.Close()
 	rep := b.report
 	rep.Started = began.UTC()
-	if cfg.ParkedOnly {
+	switch {
+	case cfg.ParkedOnly:
 		b.progress.linef("durable bench: waiting at scale only, %d runs parked on %s", b.cfg.Parked, SystemDurableRedis)
-	} else {
+	case cfg.FanOutOnly:
+		b.progress.linef("durable bench: fan-out only, %d branches against %d steps in line on %s", FanOutBranches, FanOutBranches, strings.Join(b.Systems(), ", "))
+	default:
 		b.progress.linef("durable bench: %s on %s; %s", rep.Workload, strings.Join(b.Systems(), ", "), rep.describe())
 	}
-	if !cfg.ParkedOnly {
+	if !cfg.ParkedOnly && !cfg.FanOutOnly {
 		results, err := b.measureAll(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -266,6 +279,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Results = results
 	}
 	rep.ratios()
+	if !cfg.ParkedOnly {
+		if rep.FanOut, err = b.FanOut(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("bench interrupted during the fan-out phase: %w", ctx.Err())
+			}
+			return nil, err
+		}
+	}
 	// Last, so that the claims-9 phases run on servers without 100,000
 	// runs and their messages.
 	if b.cfg.Parked > 0 && !slices.Contains(b.cfg.Stores, StoreRedis) {

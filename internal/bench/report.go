@@ -26,6 +26,9 @@ type Report struct {
 	Results        []Result  `json:"results"`
 	// Parked is the waiting-at-scale phase, when it ran.
 	Parked *ParkedResult `json:"parked,omitempty"`
+	// FanOut is the fan-out phase, when it ran: per store, one run of
+	// 1,000 branches against one run of 1,000 steps in line.
+	FanOut []FanOutResult `json:"fanout,omitempty"`
 }
 
 // Result is one system's figures.
@@ -124,6 +127,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			return err
 		}
 	}
+	if len(r.FanOut) > 0 {
+		writeFanOut(&b, r.FanOut)
+	}
 	if r.Parked != nil {
 		if err := r.Parked.writeText(&b); err != nil {
 			return err
@@ -187,4 +193,16 @@ func stateBytes() int {
 	}
 	b, _ := json.Marshal(s)
 	return len(b)
+}
+
+// writeFanOut prints the fan-out phase's table.
+func writeFanOut(b *strings.Builder, rs []FanOutResult) {
+	fmt.Fprintf(b, "fan-out: one run of %d branches (in parallel on one worker) against one run of %d steps in line, same servers\n", rs[0].Branches, rs[0].Branches)
+	tw := tabwriter.NewWriter(b, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "system\tbody\tfan-out s\tsteps/s\tin line s\tsteps/s\tspeedup")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%d ms\t%.2f\t%.0f\t%.2f\t%.0f\t%.1f×\n", r.System, r.WorkMS, r.FanOutSeconds, r.FanOutStepsPerS, r.LinearSeconds, r.LinearStepsPerS, r.Speedup)
+	}
+	_ = tw.Flush()
+	b.WriteString("\n")
 }

@@ -39,6 +39,8 @@ type system struct {
 	start func(ctx context.Context, id string) error
 	// verify checks, after a phase, that every run completed.
 	verify func(ctx context.Context, ids []string) error
+	// client of a durable system's store.
+	client *client.Client
 }
 
 func floorSystem(js jetstream.JetStream, rdb *redis.Client, redisURL string) *system {
@@ -76,7 +78,7 @@ func durableSystem(name, durability, redisURL string, cl *client.Client) *system
 	store := cl.Store()
 	return &system{
 		name: name, durability: durability,
-		mode: ModeDurable, redisURL: redisURL,
+		mode: ModeDurable, redisURL: redisURL, client: cl,
 		stream: queue.StepStream, consumer: queue.ConsumerName(Workflow),
 		start: func(ctx context.Context, id string) error {
 			_, created, err := cl.Start(ctx, client.StartRequest{Workflow: Workflow, RunID: id, Input: Input(id), By: "bench"})

@@ -104,7 +104,7 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mode, "mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
-	fs.StringVar(&o.workload, "workload", WorkloadClaims9, "durable's workflow: claims9 or park (bench-park, for the waiting-at-scale phase)")
+	fs.StringVar(&o.workload, "workload", WorkloadClaims9, "durable's workflow: claims9, park (bench-park, for the waiting-at-scale phase) or fanout (bench-fanout and bench-linear)")
 	fs.BoolVar(&o.stats, "stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
 	fs.StringVar(&o.natsURL, "nats", "", "NATS server URL (required)")
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
@@ -121,8 +121,8 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 		return o, errors.New("bench-worker: --nats is required")
 	case o.mode != ModeDurable && o.mode != ModeFloor:
 		return o, fmt.Errorf("bench-worker: --mode %q: want durable or floor", o.mode)
-	case o.workload != WorkloadClaims9 && o.workload != WorkloadPark:
-		return o, fmt.Errorf("bench-worker: --workload %q: want %s or %s", o.workload, WorkloadClaims9, WorkloadPark)
+	case o.workload != WorkloadClaims9 && o.workload != WorkloadPark && o.workload != WorkloadFanOut:
+		return o, fmt.Errorf("bench-worker: --workload %q: want %s, %s or %s", o.workload, WorkloadClaims9, WorkloadPark, WorkloadFanOut)
 	case o.mode == ModeFloor && o.redisURL == "":
 		return o, errors.New("bench-worker: the floor needs --redis")
 	case o.concurrency < 1:
@@ -177,8 +177,11 @@ func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStre
 		return fmt.Errorf("open JetStream KV store: %w", err)
 	}
 	reg := Registry()
-	if o.workload == WorkloadPark {
+	switch o.workload {
+	case WorkloadPark:
 		reg = ParkRegistry()
+	case WorkloadFanOut:
+		reg = FanOutRegistry()
 	}
 	w, err := worker.New(worker.Config{
 		JetStream: js, Store: store, Registry: reg,
@@ -204,6 +207,7 @@ func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStre
 const (
 	WorkloadClaims9 = "claims9"
 	WorkloadPark    = "park"
+	WorkloadFanOut  = "fanout"
 )
 
 // statsPrefix starts a worker's stats line.

@@ -143,3 +143,63 @@ func ParkRegistry() *steps.Registry {
 		})
 	return steps.NewRegistry().MustRegister(wf)
 }
+
+// The fan-out phase's workflows: bench-fanout runs N no-op branches in
+// parallel and joins them; bench-linear runs N no-op steps one after the
+// other. The same work, N step bodies, in parallel and in line.
+const (
+	FanOutWorkflow = "bench-fanout"
+	LinearWorkflow = "bench-linear"
+)
+
+// SpreadState is the state of both: N steps or branches, Done counted;
+// each step or branch body waits WorkMS (a model or API call's latency:
+// the work fan-out is for), or does nothing.
+type SpreadState struct {
+	N      int `json:"n"`
+	WorkMS int `json:"work_ms,omitempty"`
+	Done   int `json:"done"`
+}
+
+// work waits ms milliseconds, or until ctx ends.
+func work(ctx context.Context, ms int) error {
+	if ms <= 0 {
+		return nil
+	}
+	return sleep(ctx, time.Duration(ms)*time.Millisecond)
+}
+
+// FanOutRegistry holds bench-fanout and bench-linear.
+func FanOutRegistry() *steps.Registry {
+	fan := steps.New[SpreadState](FanOutWorkflow, 1).
+		Step("split", func(_ context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+			bs := make([]steps.Branch, st.N)
+			for i := range bs {
+				bs[i] = steps.Branch{Step: "leaf", Input: SpreadState{N: i + 1, WorkMS: st.WorkMS}}
+			}
+			return steps.FanOut("join", st, bs...), nil
+		}).
+		Branch("leaf", steps.BranchFunc(func(ctx context.Context, _ *steps.Context, in SpreadState) (int, error) {
+			return in.N, work(ctx, in.WorkMS)
+		})).
+		Step("join", func(_ context.Context, s *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+			outs, err := steps.BranchOutputs[int](s)
+			if err != nil {
+				return steps.Outcome[SpreadState]{}, err
+			}
+			st.Done = len(outs)
+			return steps.Complete(st), nil
+		})
+	line := steps.New[SpreadState](LinearWorkflow, 1).
+		Step("step", func(ctx context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+			if err := work(ctx, st.WorkMS); err != nil {
+				return steps.Outcome[SpreadState]{}, err
+			}
+			st.Done++
+			if st.Done >= st.N {
+				return steps.Complete(st), nil
+			}
+			return steps.Next("step", st), nil
+		})
+	return steps.NewRegistry().MustRegister(fan, line)
+}

@@ -23,7 +23,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
 	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof), and of the parked runs' sweep (sweep-durable-redis.pprof)")
 	parked := fs.Int("parked", 100000, "N: runs parked at an approval on the Redis store, then swept by a scheduler, after the other phases; 0 skips")
-	only := fs.String("only", "", "run one phase alone: parked")
+	only := fs.String("only", "", "run one phase alone: parked, or fanout (1,000 branches against 1,000 steps in line)")
 	sweepers := fs.Int("sweep-schedulers", 1, "scheduler replicas that sweep the parked runs' expired waits")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
@@ -63,8 +63,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return service.Usagef("bench: --only parked runs on the Redis store, not --store kv")
 		}
 		cfg.ParkedOnly = true
+	case "fanout":
+		cfg.FanOutOnly = true
 	default:
-		return service.Usagef("bench: --only %q: want parked", *only)
+		return service.Usagef("bench: --only %q: want parked or fanout", *only)
 	}
 	if *asJSON {
 		cfg.Progress = stderr
