@@ -43,6 +43,11 @@ type Config struct {
 	// Metrics, when set, is served at GET /metrics (Prometheus; no token:
 	// it carries no run ids or payloads).
 	Metrics http.Handler
+	// SignalMetrics, when set, counts the signals the server takes
+	// (pkg/metrics.Metrics implements it).
+	SignalMetrics interface {
+		SignalReceived(channel, outcome string)
+	}
 	// EventWindow is how old an event's ts may be. Default 5 minutes; an
 	// event from more than a minute in the future is refused too.
 	EventWindow time.Duration

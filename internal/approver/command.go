@@ -71,7 +71,7 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		c.WarnFewReplicas(ctx, s, log)
 		srv, err := New(Config{
 			Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, FourEyes: *fourEyes,
-			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(),
+			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(), SignalMetrics: m,
 		})
 		if err != nil {
 			return service.UsageError{Msg: err.Error()}

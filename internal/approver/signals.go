@@ -72,6 +72,7 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res, err := s.cfg.Client.Signal(r.Context(), client.SignalRequest{RunID: id, Name: name, Data: req.Data, ID: req.ID, By: who.ID, Channel: client.ChannelAPI})
+	s.countSignal(client.ChannelAPI, res, err)
 	if err != nil {
 		status, code, msg := signalError(id, err)
 		if status == http.StatusInternalServerError {
@@ -209,10 +210,11 @@ func (s *Server) signalEvent(ctx context.Context, system, sig string, body []byt
 		return ev, RejectReplayed, "event id seen before"
 	}
 	sum := sha256.Sum256([]byte(system + "\x00" + ev.ID))
-	_, err := s.cfg.Client.Signal(ctx, client.SignalRequest{
+	res, err := s.cfg.Client.Signal(ctx, client.SignalRequest{
 		RunID: ev.RunID, Name: ev.Name, Data: ev.Data, ID: "ev-" + hex.EncodeToString(sum[:16]),
 		By: system + ":" + ev.By, Channel: client.ChannelEvent,
 	})
+	s.countSignal(client.ChannelEvent, res, err)
 	switch {
 	case err == nil:
 		return ev, "", ""
@@ -227,4 +229,19 @@ func (s *Server) signalEvent(ctx context.Context, system, sig string, body []byt
 	}
 	s.events.forget(key)
 	return ev, RejectError, err.Error()
+}
+
+// countSignal reports a signal's outcome to SignalMetrics.
+func (s *Server) countSignal(channel string, res client.SignalResult, err error) {
+	if s.cfg.SignalMetrics == nil {
+		return
+	}
+	outcome := "received"
+	switch {
+	case err != nil:
+		outcome = "refused"
+	case res.Duplicate:
+		outcome = "duplicate"
+	}
+	s.cfg.SignalMetrics.SignalReceived(channel, outcome)
 }

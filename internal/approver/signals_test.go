@@ -3,8 +3,11 @@ package approver_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,7 +51,8 @@ func (h *harness) awaitSignal(id string) checkpoint.Run {
 // token delivers a signal; bad requests are refused with 400/401/404/409
 // and change nothing; the same id twice is delivered once.
 func TestSignalThroughAPI(t *testing.T) {
-	h := newHarness(t, "redis", nil)
+	counted := &signalCounts{m: map[string]int{}}
+	h := newHarness(t, "redis", func(c *approver.Config) { c.SignalMetrics = counted })
 	before := h.awaitSignal("ship-a")
 	tok := h.tokens["ana"]
 	for _, tc := range []struct {
@@ -95,6 +99,27 @@ func TestSignalThroughAPI(t *testing.T) {
 	if status != http.StatusConflict || !strings.Contains(string(body), "already ended") {
 		t.Fatalf("signal to an ended run: %d %s", status, body)
 	}
+	// Refusals before the store is asked (token, body) are not signals taken.
+	if want := map[string]int{"api/received": 1, "api/duplicate": 1, "api/refused": 5}; !reflect.DeepEqual(counted.snapshot(), want) {
+		t.Fatalf("signals counted %v, want %v", counted.snapshot(), want)
+	}
+}
+
+type signalCounts struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (c *signalCounts) SignalReceived(channel, outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[channel+"/"+outcome]++
+}
+
+func (c *signalCounts) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.m)
 }
 
 // Acceptance (issue 15): signed signal events on durable.signals.<system>

@@ -26,6 +26,10 @@ type Metrics struct {
 	deadLetters     *prometheus.CounterVec
 	toolReplays     *prometheus.CounterVec
 	toolConflicts   *prometheus.CounterVec
+	branches        *prometheus.GaugeVec
+	joins           *prometheus.CounterVec
+	children        *prometheus.CounterVec
+	signals         *prometheus.CounterVec
 
 	readiness readiness
 }
@@ -85,7 +89,38 @@ func New() *Metrics {
 	m.toolConflicts = f.counter("durable_idempotency_conflicts_total",
 		"Requests a tool's API refused because their idempotency key was already used with a different payload (HTTP 422): a bug, never retried into success.",
 		"tool")
+	m.branches = f.gauge("durable_branches_in_flight",
+		"Branches of fan-outs whose bodies this process is running now.",
+		"workflow")
+	m.joins = f.counter("durable_joins_total",
+		"Joins published: a worker found every branch of a fan-out committed and published the join (once per fan-out, more only when several writers counted all in at once; the join itself runs once).",
+		"workflow")
+	m.children = f.counter("durable_child_runs_total",
+		"Child runs started by steps (a redelivery of the starting step counts them again; each is created once).",
+		"workflow")
+	m.signals = f.counter("durable_signals_total",
+		"Signals this process took (the approver's API and signed events), by channel and outcome: received, duplicate (an id delivered before), refused (unknown run or signal, ended run, malformed).",
+		"channel", "outcome")
 	return m
+}
+
+// BranchRunning implements worker.Metrics.
+func (m *Metrics) BranchRunning(workflow string, delta int) {
+	m.branches.WithLabelValues(workflow).Add(float64(delta))
+}
+
+// JoinPublished implements worker.Metrics.
+func (m *Metrics) JoinPublished(workflow string) { m.joins.WithLabelValues(workflow).Inc() }
+
+// ChildrenStarted implements worker.Metrics.
+func (m *Metrics) ChildrenStarted(workflow string, n int) {
+	m.children.WithLabelValues(workflow).Add(float64(n))
+}
+
+// SignalReceived counts a signal the approver took through channel (api
+// or event) with outcome received, duplicate or refused.
+func (m *Metrics) SignalReceived(channel, outcome string) {
+	m.signals.WithLabelValues(channel, outcome).Inc()
 }
 
 // Registry is the registry to add collectors to (Fleet, the scheduler's).
@@ -142,6 +177,12 @@ func (f factory) counter(name, help string, labels ...string) *prometheus.Counte
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 	f.reg.MustRegister(c)
 	return c
+}
+
+func (f factory) gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
 }
 
 func (f factory) histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {

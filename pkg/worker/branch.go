@@ -100,7 +100,9 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 		BlobStore: w.cfg.Blobs,
 	})
 	began := time.Now()
+	w.cfg.Metrics.BranchRunning(run.Workflow, 1)
 	out, err := w.executeBranch(ctx, def, sctx, b)
+	w.cfg.Metrics.BranchRunning(run.Workflow, -1)
 	took := time.Since(began)
 	if err != nil {
 		w.stepFailed(ctx, d, def, run, sctx, err)
@@ -167,6 +169,7 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 			return
 		}
 		d.log.Info().Msg("all branches in; join published")
+		w.cfg.Metrics.JoinPublished(run.Workflow)
 		w.at(ctx, AfterPublish, d)
 	}
 	w.ack(d)

@@ -231,6 +231,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 			w.retryTransient(d, "start child runs", err)
 			return
 		}
+		w.cfg.Metrics.ChildrenStarted(run.Workflow, len(cp.Children))
 		w.at(ctx, AfterPublish, d)
 	} else if cp.FanOut != nil && run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
 		// The step fanned out: its branches go on, or the join when all

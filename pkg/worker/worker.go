@@ -95,6 +95,15 @@ type Metrics interface {
 	// DeadLettered is called when this worker sends a run to the dead
 	// letters at step (once per run and death, not per republish).
 	DeadLettered(workflow, step string)
+	// BranchRunning is called with +1 when this worker starts a branch
+	// body of a fan-out and -1 when it ends (branches in flight).
+	BranchRunning(workflow string, delta int)
+	// JoinPublished is called when this worker found every branch of a
+	// fan-out committed and published its join.
+	JoinPublished(workflow string)
+	// ChildrenStarted is called with the number of child runs a step of
+	// workflow started (each created once; a redelivery counts again).
+	ChildrenStarted(workflow string, n int)
 }
 
 // NopMetrics reports nothing; embed it in a Metrics that implements only
@@ -108,6 +117,9 @@ func (NopMetrics) EffectReplayed(string, string)                  {}
 func (NopMetrics) CallsReplayed(string, string, int)              {}
 func (NopMetrics) JournalMismatch(string, string)                 {}
 func (NopMetrics) DeadLettered(string, string)                    {}
+func (NopMetrics) BranchRunning(string, int)                      {}
+func (NopMetrics) JoinPublished(string)                           {}
+func (NopMetrics) ChildrenStarted(string, int)                    {}
 
 // Stats counts what a worker did since it started.
 type Stats struct {
