@@ -26,14 +26,20 @@ func TestParallelWorkMetrics(t *testing.T) {
 			return steps.FanOut("join", st, steps.Branch{Step: "leaf", Input: 1}, steps.Branch{Step: "leaf", Input: 2}, steps.Branch{Step: "leaf", Input: 3}), nil
 		}).
 		Branch("leaf", steps.BranchFunc(func(_ context.Context, _ *steps.Context, i int) (int, error) { return i, nil })).
-		Step("join", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) { return steps.Complete(st), nil })
+		Step("join", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
+			return steps.Complete(st), nil
+		})
 	leaf := steps.New[n]("mleaf", 1).
-		Step("only", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) { return steps.Complete(st), nil })
+		Step("only", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
+			return steps.Complete(st), nil
+		})
 	parent := steps.New[n]("mparent", 1).
 		Step("start", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
 			return steps.StartChildren("end", st, steps.Child{Workflow: "mleaf"}, steps.Child{Workflow: "mleaf"}), nil
 		}).
-		Step("end", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) { return steps.Complete(st), nil })
+		Step("end", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
+			return steps.Complete(st), nil
+		})
 	m := metrics.New()
 	f.StartWorker(steps.NewRegistry().MustRegister(fan, leaf, parent), func(c *worker.Config) { c.Metrics = m })
 	f.Start("mfan", "mfan-1", "")
