@@ -28,8 +28,8 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatalf("DURABLE_CHAOS_SEED: %v", err)
 	}
-	t.Logf("chaos %s form, seed %d (DURABLE_CHAOS_SEED=%d repeats the random choices): %d claims, %d agent runs, %d workers, %d schedulers, faults for %s",
-		cfg.name, seed, seed, cfg.claims, cfg.agents, cfg.workers, cfg.schedulers, cfg.window)
+	t.Logf("chaos %s form, seed %d (DURABLE_CHAOS_SEED=%d repeats the random choices): %d claims, %d agent runs, %d fan-outs, %d batches, %d shipments, %d workers, %d schedulers, faults for %s",
+		cfg.name, seed, seed, cfg.claims, cfg.agents, cfg.fanouts, cfg.batches, cfg.shipments, cfg.workers, cfg.schedulers, cfg.window)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
 
 	e := newEnv(t, cfg)
@@ -40,6 +40,9 @@ func TestChaos(t *testing.T) {
 	drv := newApproverDriver(e)
 	drvDone := make(chan struct{})
 	go func() { defer close(drvDone); drv.run(ctx, 250*time.Millisecond) }()
+	sig := &signaller{a: newApproverDriver(e)}
+	sigDone := make(chan struct{})
+	go func() { defer close(sigDone); sig.run(ctx, runs, 300*time.Millisecond) }()
 
 	// Faults and load together: runs start over the first part of the
 	// window, faults go on for all of it.
@@ -83,9 +86,10 @@ func TestChaos(t *testing.T) {
 	settled := time.Now()
 	cancel()
 	<-drvDone
+	<-sigDone
 
 	// Nothing left unacked: replays and stale deliveries are acked too.
-	rep := &report{form: cfg.name, seed: seed, claims: cfg.claims, agents: cfg.agents}
+	rep := &report{form: cfg.name, seed: seed, claims: cfg.claims, agents: cfg.agents, fanouts: cfg.fanouts, batches: cfg.batches, shipments: cfg.shipments, runs: len(runs)}
 	cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer ccancel()
 	if rep.Queue, err = fleetcheck.WaitDrained(cctx, e.js, 60*time.Second, 250*time.Millisecond); err != nil {
@@ -104,6 +108,7 @@ func TestChaos(t *testing.T) {
 	rep.exits = e.allExits()
 	rep.startRetries = st.retries.Load()
 	rep.decideStatus, rep.decideErrors = status, errs
+	_, rep.signalStatus, rep.signalErrors = sig.a.snapshot()
 	rep.wall, rep.chaos, rep.settle = time.Since(begin), chaosEnd.Sub(begin), settled.Sub(chaosEnd)
 
 	var buf bytes.Buffer
@@ -130,8 +135,8 @@ func TestChaos(t *testing.T) {
 	if !rep.Drained() {
 		t.Errorf("step consumers hold %d pending and %d unacked messages", rep.Pending, rep.AckPending)
 	}
-	if rep.Completed+rep.Dead+rep.Failed != cfg.claims+cfg.agents {
-		t.Errorf("%d of %d runs ended", rep.Completed+rep.Dead+rep.Failed, cfg.claims+cfg.agents)
+	if rep.Completed+rep.Dead+rep.Failed != len(runs) {
+		t.Errorf("%d of %d runs ended", rep.Completed+rep.Dead+rep.Failed, len(runs))
 	}
 	for k, want := range map[string]int{faultKillWorker: cfg.workerKills, faultRestartNATS: cfg.natsRestarts, faultRestartRedis: cfg.redisRestarts, faultStopWorker: cfg.stops, faultPauseRedis: cfg.redisPauses} {
 		if rep.faults[k] < want {

@@ -24,6 +24,10 @@ type report struct {
 	form           string
 	seed           int64
 	claims, agents int
+	fanouts        int
+	batches        int
+	shipments      int
+	runs           int // planned, children included
 	faults         map[string]int
 	lostCommits    int // commits lost to another writer, from the worker logs
 	zombieLines    []string
@@ -31,6 +35,8 @@ type report struct {
 	startRetries   int64
 	decideStatus   map[int]int
 	decideErrors   int
+	signalStatus   map[int]int
+	signalErrors   int
 	wall, chaos    time.Duration
 	settle         time.Duration
 }
@@ -40,9 +46,13 @@ type report struct {
 // an agent run pays nothing.
 func expected(r plannedRun) fleetcheck.Run {
 	fr := fleetcheck.Run{ID: r.id, Workflow: r.workflow, Steps: r.steps}
-	if r.workflow == "claim" {
+	switch r.workflow {
+	case "claim":
 		fr.PayKey, fr.Amount, fr.Currency, fr.PaidAt = r.id+":step6", 1840, "EUR", 6
 		fr.Approval = &fleetcheck.Approval{By: adjuster, Channel: "api", Step: 5}
+	case "fanout":
+		// Each branch pays 1 EUR under <run>:step2.<i>.
+		fr.PayKey, fr.Amount, fr.Currency, fr.Branches = r.id+":step2", 1, "EUR", fanoutBranches
 	}
 	return fr
 }
@@ -54,7 +64,48 @@ func check(ctx context.Context, e *env, runs []plannedRun, accepted map[string][
 	for _, r := range runs {
 		want = append(want, expected(r))
 	}
-	return fleetcheck.Check(ctx, e.store, e.payURL, want, fleetcheck.Options{AllowEnded: true, Accepted: accepted, CheckRun: checkPaidClaim})
+	return fleetcheck.Check(ctx, e.store, e.payURL, want, fleetcheck.Options{AllowEnded: true, Accepted: accepted, CheckRun: checkState})
+}
+
+// checkState checks what a completed run keeps in its state: a claim's
+// payment, a fan-out's sum, a batch's sum of what its children paid, a
+// shipment's signal.
+func checkState(r fleetcheck.Run, run checkpoint.Run, cps []checkpoint.Checkpoint, pays []payments.Payment) []string {
+	if r.Workflow == "claim" {
+		return checkPaidClaim(r, run, cps, pays)
+	}
+	if run.Status != checkpoint.StatusCompleted || len(cps) == 0 {
+		return nil
+	}
+	var st struct {
+		Paid      int64          `json:"paid"`
+		Ended     map[string]int `json:"ended"`
+		Delivered struct {
+			Run string `json:"run"`
+		} `json:"delivered"`
+	}
+	if err := json.Unmarshal(cps[len(cps)-1].State, &st); err != nil {
+		return []string{fmt.Sprintf("last state: %v", err)}
+	}
+	switch {
+	case r.Workflow == "fanout" && st.Paid != fanoutBranches:
+		return []string{fmt.Sprintf("fan-out paid %d, want %d (one per branch)", st.Paid, fanoutBranches)}
+	case r.Workflow == "claims-batch" && st.Paid != 1840*int64(st.Ended["completed"]):
+		return []string{fmt.Sprintf("batch paid %d with %d children completed, want %d", st.Paid, st.Ended["completed"], 1840*st.Ended["completed"])}
+	case r.Workflow == "claims-batch" && sumValues(st.Ended) != batchChildren:
+		return []string{fmt.Sprintf("batch saw %v children end, want %d", st.Ended, batchChildren)}
+	case r.Workflow == "shipment" && st.Delivered.Run != r.ID:
+		return []string{fmt.Sprintf("shipment kept the signal of %q", st.Delivered.Run)}
+	}
+	return nil
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 // checkPaidClaim: the step that paid records the payment the provider
@@ -90,14 +141,15 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "\ndurable chaos summary (%s form, seed %d)\n", r.form, r.seed)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(k, v string, a ...any) { fmt.Fprintf(tw, "  %s\t"+v+"\n", append([]any{k}, a...)...) }
-	row("runs", "%d (%d claims, %d agent runs): %d completed, %d dead, %d failed, %d other", r.claims+r.agents, r.claims, r.agents, r.Completed, r.Dead, r.Failed, r.Other)
+	row("runs", "%d (%d claims, %d agent runs, %d fan-outs of %d branches, %d batches of %d child claims, %d shipments waiting for a signal): %d completed, %d dead, %d failed, %d other",
+		r.runs, r.claims, r.agents, r.fanouts, fanoutBranches, r.batches, batchChildren, r.shipments, r.Completed, r.Dead, r.Failed, r.Other)
 	row("faults injected", "%d: %d worker SIGKILLs, %d nats-server SIGKILL+restarts, %d redis-server SIGKILL+restarts, %d worker SIGSTOPs past the ack wait, %d redis-server SIGSTOPs",
 		r.faultTotal(), r.faults[faultKillWorker], r.faults[faultRestartNATS], r.faults[faultRestartRedis], r.faults[faultStopWorker], r.faults[faultPauseRedis])
 	row("resumes", "%d steps committed by a redelivery (attempt > 1) in %d runs; %d resumes after approval", r.ResumedSteps, r.ResumedRuns, r.ApprovalResumes)
 	row("replays", "%d effects replayed (Idempotent-Replayed or journal), %d journaled calls replayed, %d payment keys presented more than once", r.EffectsReplayed, r.CallsReplayed, r.KeysPresentedAgain)
 	row("lost commits", "%d (a second writer of a step lost to the first and followed it)", r.lostCommits)
 	row("approvals", "%d accepted by the API, %d decisions on the runs, %d audited", r.DecisionsAccepted, r.DecisionsRecorded, r.DecisionsAudited)
-	row("payments", "%d (one per claim that reached step 6)", r.Payments)
+	row("payments", "%d (one per claim that reached step 6, one per fan-out branch)", r.Payments)
 	row("unacked", "%d pending, %d ack pending on the step consumers", r.Pending, r.AckPending)
 	row("duplicates", "%d (must be 0)", r.Duplicates)
 	row("lost", "%d (must be 0)", len(r.Unfinished))
@@ -116,10 +168,16 @@ func (r *report) print(w io.Writer) {
 		exits = append(exits, x.String())
 	}
 	fleetcheck.PrintList(w, "unexpected exits", exits)
+	fmt.Fprintf(w, "decision requests: %s; %d without an answer; %d run starts retried\n", statuses(r.decideStatus), r.decideErrors, r.startRetries)
+	fmt.Fprintf(w, "signal requests: %s (404: sent before the run existed); %d without an answer\n", statuses(r.signalStatus), r.signalErrors)
+}
+
+// statuses renders HTTP status counts: "3×200, 1×404".
+func statuses(m map[int]int) string {
 	var st []string
-	for code, n := range r.decideStatus {
+	for code, n := range m {
 		st = append(st, fmt.Sprintf("%d×%d", n, code))
 	}
 	sort.Strings(st)
-	fmt.Fprintf(w, "decision requests: %s; %d without an answer; %d run starts retried\n", strings.Join(st, ", "), r.decideErrors, r.startRetries)
+	return strings.Join(st, ", ")
 }

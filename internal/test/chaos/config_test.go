@@ -11,15 +11,18 @@ import (
 // config is the size of one chaos run. The fault counts are minimums:
 // worker kills go on every few hundred ms for the whole chaos window.
 type config struct {
-	name          string
-	claims        int
-	agents        int
-	workers       int
-	schedulers    int
-	workerKills   int // at least this many SIGKILLs of workers
-	natsRestarts  int
-	redisRestarts int
-	stops         int // SIGSTOPs of a worker past its ack wait
+	name   string
+	claims int
+	agents int
+	// fanouts of fanoutBranches branches, batches of batchChildren
+	// claims, shipments waiting for a signal (issue 15).
+	fanouts, batches, shipments int
+	workers                     int
+	schedulers                  int
+	workerKills                 int // at least this many SIGKILLs of workers
+	natsRestarts                int
+	redisRestarts               int
+	stops                       int // SIGSTOPs of a worker past its ack wait
 	// redisPauses freeze redis-server with SIGSTOP for redisPauseFor, past
 	// its clients' read timeout (3s), then SIGCONT it.
 	redisPauses   int
@@ -47,14 +50,14 @@ type config struct {
 
 var (
 	shortConfig = config{
-		name: "short", claims: 40, agents: 15, workers: 3, schedulers: 2,
+		name: "short", claims: 40, agents: 15, fanouts: 6, batches: 3, shipments: 6, workers: 3, schedulers: 2,
 		workerKills: 10, natsRestarts: 1, redisRestarts: 1, stops: 1, redisPauseFor: 5 * time.Second,
 		window: 30 * time.Second, startShare: 0.9, killEvery: 700 * time.Millisecond,
 		ackWait: 2 * time.Second, stopFor: 5 * time.Second, outages: []time.Duration{6 * time.Second},
 		stuckAfter: 10 * time.Second, concurrency: 8, settle: 90 * time.Second,
 	}
 	fullConfig = config{
-		name: "full", claims: 300, agents: 100, workers: 3, schedulers: 2,
+		name: "full", claims: 300, agents: 100, fanouts: 30, batches: 10, shipments: 30, workers: 3, schedulers: 2,
 		workerKills: 60, natsRestarts: 2, redisRestarts: 2, stops: 2, redisPauses: 1, redisPauseFor: 5 * time.Second,
 		window: 75 * time.Second, startShare: 0.9, killEvery: 500 * time.Millisecond,
 		ackWait: 2 * time.Second, stopFor: 5 * time.Second, outages: []time.Duration{3 * time.Second, 8 * time.Second},
@@ -63,7 +66,7 @@ var (
 )
 
 // configFromEnv picks the form from DURABLE_CHAOS ("" or "short", "full")
-// and lets DURABLE_CHAOS_CLAIMS, _AGENTS, _WINDOW, _OUTAGES (durations of
+// and lets DURABLE_CHAOS_CLAIMS, _AGENTS, _FANOUTS, _BATCHES, _SHIPMENTS, _WINDOW, _OUTAGES (durations of
 // the NATS and Redis outages in turn, e.g. "3s,8s") and _REDIS_PAUSES
 // override it.
 func configFromEnv() (config, error) {
@@ -76,7 +79,8 @@ func configFromEnv() (config, error) {
 	default:
 		return c, fmt.Errorf("DURABLE_CHAOS=%q: want short (default) or full", v)
 	}
-	for name, dst := range map[string]*int{"DURABLE_CHAOS_CLAIMS": &c.claims, "DURABLE_CHAOS_AGENTS": &c.agents, "DURABLE_CHAOS_REDIS_PAUSES": &c.redisPauses} {
+	for name, dst := range map[string]*int{"DURABLE_CHAOS_CLAIMS": &c.claims, "DURABLE_CHAOS_AGENTS": &c.agents, "DURABLE_CHAOS_REDIS_PAUSES": &c.redisPauses,
+		"DURABLE_CHAOS_FANOUTS": &c.fanouts, "DURABLE_CHAOS_BATCHES": &c.batches, "DURABLE_CHAOS_SHIPMENTS": &c.shipments} {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {

@@ -18,13 +18,20 @@ import (
 	"github.com/durable-run/durable/pkg/client"
 )
 
-// plannedRun is a run the suite starts.
+// plannedRun is a run the suite starts, or a child run a batch starts.
 type plannedRun struct {
 	id       string
 	workflow string
 	input    json.RawMessage
-	steps    int // checkpoints of a completed run
+	steps    int  // checkpoints of a completed run
+	child    bool // started by its parent, not by the suite
 }
+
+// The sizes of the suite's parallel runs.
+const (
+	fanoutBranches = 5
+	batchChildren  = 2
+)
 
 // plan makes the claims and agent runs, interleaved in a random order.
 func plan(cfg config, rng *rand.Rand) []plannedRun {
@@ -36,6 +43,20 @@ func plan(cfg config, rng *rand.Rand) []plannedRun {
 		turns := 2 + rng.IntN(5)
 		runs = append(runs, plannedRun{id: fmt.Sprintf("agent-%04d", i), workflow: "agent-loop",
 			input: json.RawMessage(fmt.Sprintf(`{"turns": %d}`, turns)), steps: 2*turns + 2})
+	}
+	for i := 1; i <= cfg.fanouts; i++ {
+		runs = append(runs, plannedRun{id: fmt.Sprintf("fanout-%04d", i), workflow: "fanout",
+			input: json.RawMessage(fmt.Sprintf(`{"branches": %d}`, fanoutBranches)), steps: 2})
+	}
+	for i := 1; i <= cfg.batches; i++ {
+		id := fmt.Sprintf("batch-%04d", i)
+		runs = append(runs, plannedRun{id: id, workflow: "claims-batch", input: json.RawMessage(fmt.Sprintf(`{"count": %d}`, batchChildren)), steps: 2})
+		for c := 1; c <= batchChildren; c++ {
+			runs = append(runs, plannedRun{id: fmt.Sprintf("%s-%d", id, c), workflow: "claim", input: json.RawMessage(`{"amount": 1840}`), steps: 9, child: true})
+		}
+	}
+	for i := 1; i <= cfg.shipments; i++ {
+		runs = append(runs, plannedRun{id: fmt.Sprintf("ship-%04d", i), workflow: "shipment", input: json.RawMessage(`{}`), steps: 1})
 	}
 	rng.Shuffle(len(runs), func(i, j int) { runs[i], runs[j] = runs[j], runs[i] })
 	return runs
@@ -52,6 +73,9 @@ func (s *starter) run(ctx context.Context, runs []plannedRun, span time.Duration
 	gap := span / time.Duration(max(len(runs), 1))
 	next := time.Now()
 	for _, r := range runs {
+		if r.child {
+			continue
+		}
 		if d := time.Until(next); d > 0 {
 			select {
 			case <-time.After(d):
@@ -186,4 +210,47 @@ func (a *approverDriver) snapshot() (accepted map[string][]fleetcheck.Decision, 
 		status[k] = v
 	}
 	return accepted, status, a.errors
+}
+
+// signaller sends each shipment its "delivered" signal through the
+// approver's API, as a shipping system would, under one id per run, until
+// the API answers: through outages a retried id is delivered once. A
+// signal may come before its run waits for it, even before the run exists
+// (404, sent again).
+type signaller struct {
+	a    *approverDriver
+	mu   sync.Mutex
+	sent map[string]bool
+}
+
+func (s *signaller) run(ctx context.Context, runs []plannedRun, every time.Duration) {
+	s.sent = map[string]bool{}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for _, r := range runs {
+			if r.workflow != "shipment" || s.done(r.id) {
+				continue
+			}
+			body, _ := json.Marshal(approver.SignalRequest{Data: json.RawMessage(fmt.Sprintf(`{"run": %q}`, r.id)), ID: "chaos-" + r.id})
+			var res approver.SignalResult
+			err := s.a.do(ctx, http.MethodPost, "/api/runs/"+r.id+"/signals/delivered", body, &res)
+			if err == nil || err == statusError(http.StatusConflict) {
+				s.mu.Lock()
+				s.sent[r.id] = true
+				s.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *signaller) done(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sent[id]
 }

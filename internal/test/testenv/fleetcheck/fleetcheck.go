@@ -33,6 +33,10 @@ type Run struct {
 	PayKey   string
 	Amount   int64
 	Currency string
+	// Branches, when set, makes the run pay once under each of the keys
+	// PayKey.1 … PayKey.<Branches> (a fan-out's branches) instead of once
+	// under PayKey.
+	Branches int
 	// PaidAt is the step that pays: a run with that many checkpoints has
 	// paid, one with fewer has not. 0: only a completed run must have paid.
 	PaidAt int
@@ -133,6 +137,9 @@ func Check(ctx context.Context, store checkpoint.Store, paymentsURL string, runs
 		// A run's payments: those for its id, and those under its key.
 		var mine []payments.Payment
 		for _, p := range append(byRun[r.ID], byKey[r.PayKey]...) {
+			if r.Branches > 0 && p.RunID != r.ID {
+				continue // a branch key belongs to the run through its RunID
+			}
 			if (r.PayKey == "" && p.RunID != r.ID) || seen(mine, p) {
 				continue
 			}
@@ -307,6 +314,10 @@ func (c *runCheck) failures(ctx context.Context, store checkpoint.Store) error {
 func (c *runCheck) payments(pays []payments.Payment) {
 	r, cps, rep, problem := c.r, c.cps, c.rep, c.problem
 	completed, paid := c.completed(), c.paid()
+	if r.Branches > 0 {
+		c.branchPayments(pays)
+		return
+	}
 	switch {
 	case r.PayKey == "" && len(pays) > 0:
 		problem("%d payments for a run that pays nothing", len(pays))
@@ -327,6 +338,33 @@ func (c *runCheck) payments(pays []payments.Payment) {
 		if r.PayKey != "" && (p.Key != r.PayKey || p.RunID != r.ID || p.Amount != r.Amount || (r.Currency != "" && p.Currency != r.Currency)) {
 			problem("payment %s: key %s for run %s, %d %s; want key %s for %s, %d %s", p.ID, p.Key, p.RunID, p.Amount, p.Currency, r.PayKey, r.ID, r.Amount, r.Currency)
 		}
+	}
+}
+
+// branchPayments checks at most one payment under each branch's key, all
+// of them once the run completed, each of what the run pays.
+func (c *runCheck) branchPayments(pays []payments.Payment) {
+	r, rep, problem := c.r, c.rep, c.problem
+	byKey := map[string][]payments.Payment{}
+	for _, p := range pays {
+		byKey[p.Key] = append(byKey[p.Key], p)
+		if p.Amount != r.Amount || (r.Currency != "" && p.Currency != r.Currency) {
+			problem("payment %s under %s: %d %s, want %d %s", p.ID, p.Key, p.Amount, p.Currency, r.Amount, r.Currency)
+		}
+	}
+	for i := 1; i <= r.Branches; i++ {
+		key := fmt.Sprintf("%s.%d", r.PayKey, i)
+		switch n := len(byKey[key]); {
+		case n > 1:
+			rep.Duplicates += n - 1
+			problem("DUPLICATE: %d payments under %s", n, key)
+		case n == 0 && c.completed():
+			problem("completed without a payment under %s", key)
+		}
+		delete(byKey, key)
+	}
+	for key, ps := range byKey {
+		problem("%d payments under %s, which is no branch's key", len(ps), key)
 	}
 }
 
