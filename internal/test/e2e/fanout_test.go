@@ -195,7 +195,57 @@ func TestChildRunsCrash(t *testing.T) {
 			if len(pays) != 3 {
 				t.Errorf("%d payments, want 3", len(pays))
 			}
+			// A shipment, signalled while the replay is to come.
+			if _, _, err := f.client.Start(ctx, client.StartRequest{Workflow: "shipment", RunID: "ship-1"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.client.Signal(ctx, client.SignalRequest{RunID: "ship-1", Name: "delivered", Data: json.RawMessage(`{"pod":"J."}`), ID: "carrier-1", By: "carrier"}); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, time.Minute, "ship-1 completed", func() bool {
+				run, err := f.store.GetRun(ctx, "ship-1")
+				return err == nil && run.Status == checkpoint.StatusCompleted
+			})
+
+			// A replay of every step message changes nothing: no child is
+			// started again, no parent resumed twice, no signal consumed twice.
+			ids := []string{"batch-1", "batch-1-1", "batch-1-2", "batch-1-3", "ship-1"}
+			waitDrainedOf(t, f, "claims-batch")
+			waitDrainedOf(t, f, "claim")
+			before := runsSnapshot(t, f, ids)
+			nc, js := f.nats.Connect(t)
+			n := testenv.RepublishSteps(t, js)
+			nc.Close()
+			t.Logf("republished %d step messages", n)
+			for _, wf := range []string{"claims-batch", "claim", "shipment"} {
+				waitDrainedOf(t, f, wf)
+			}
+			if after := runsSnapshot(t, f, ids); after != before {
+				t.Errorf("replaying the stream changed state:\nbefore %s\nafter  %s", before, after)
+			}
 			f.stopAll()
 		})
 	}
+}
+
+// runsSnapshot renders the runs of ids with their checkpoints, and the
+// payments: what a replay must not change.
+func runsSnapshot(t testing.TB, f *fleet, ids []string) string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]any{}
+	for _, id := range ids {
+		run, err := f.store.GetRun(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cps, err := f.store.Checkpoints(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[id] = map[string]any{"run": run, "rev": run.Rev, "checkpoints": cps}
+	}
+	out["payments"] = listPayments(t, f)
+	b, _ := json.Marshal(out)
+	return string(b)
 }
