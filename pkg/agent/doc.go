@@ -11,6 +11,12 @@
 // approval parks the run with the exact call (tool, arguments, key) as the
 // payload; the approver decides on what will run.
 //
+// With Config.ParallelTools the calls of one answer run at once instead:
+// the tool step fans them out as branches of one fan-out (call i runs with
+// the key "<run>:step<n+1>.<i>"), parking first for each gated call in
+// turn, and "tool-join" hands the results to the model in call order.
+// It changes a run's steps and keys: turn it on with a new Version.
+//
 // The conversation is append-only and kept out of the checkpoint as it
 // grows: tool results above Config.InlineLimit go to the blob store (the
 // history keeps a reference and a preview), and once the recent part of the

@@ -10,14 +10,19 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/model"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
-// Step names of an agent loop's workflow.
+// Step names of an agent loop's workflow. With Config.ParallelTools the
+// tool step fans the model's calls out to StepToolCall branches and
+// StepToolJoin collects their results.
 const (
-	StepModel = "model"
-	StepTool  = "tool"
+	StepModel    = "model"
+	StepTool     = "tool"
+	StepToolCall = "tool-call"
+	StepToolJoin = "tool-join"
 )
 
 // Defaults of Config.
@@ -66,6 +71,15 @@ type Config struct {
 	Retry steps.RetryPolicy
 	// Cache of blobs read back (history segments, results); default 64 MiB.
 	Cache *Cache
+	// ParallelTools runs the tool calls of one model answer at once, as
+	// the branches of one fan-out (steps.FanOut): call i of the answer
+	// asked at step n-1 runs with the key "<run>:step<n+1>.<i>", and the
+	// results go back to the model in call order. A gated call parks the
+	// run first, one at a time, with the exact call and the key it will
+	// run with; a rejected one is told to the model beside the others'
+	// results. It changes the steps and keys of a run: give the workflow a
+	// new Version, so that runs started without it finish without it.
+	ParallelTools bool
 }
 
 // State is an agent run's state, committed with every step.
@@ -150,7 +164,7 @@ func New(cfg Config) *steps.Workflow[State] {
 	if cfg.Retry != (steps.RetryPolicy{}) {
 		opts = append(opts, steps.WithRetry(cfg.Retry))
 	}
-	return steps.New[State](cfg.Name, cfg.Version).
+	wf := steps.New[State](cfg.Name, cfg.Version).
 		Invalid(err).
 		WithCaps(cfg.Caps).
 		Init(func(raw json.RawMessage) (State, error) {
@@ -159,8 +173,13 @@ func New(cfg Config) *steps.Workflow[State] {
 			}
 			return l.init(raw)
 		}).
-		Step(StepModel, l.think, opts...).
-		Step(StepTool, l.act, opts...)
+		Step(StepModel, l.think, opts...)
+	if !cfg.ParallelTools {
+		return wf.Step(StepTool, l.act, opts...)
+	}
+	return wf.Step(StepTool, l.fanOut, opts...).
+		Branch(StepToolCall, steps.BranchFunc(l.callOne), opts...).
+		Step(StepToolJoin, l.join, opts...)
 }
 
 func (l *loop) check() error {
@@ -418,6 +437,12 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 // approve applies the tool's approval gate to call: the request to park
 // on, the text of a rejection to tell the model, or neither (go on).
 func approve(s *steps.Context, tool *Tool, call model.ToolCall, key Key) (*steps.ApprovalRequest, string, error) {
+	return approveWith(s.Approval, s, tool, call, key)
+}
+
+// approveWith is approve with decided, the lookup of a decision on a
+// request.
+func approveWith(decided func(steps.ApprovalRequest) (*checkpoint.Approval, error), s *steps.Context, tool *Tool, call model.ToolCall, key Key) (*steps.ApprovalRequest, string, error) {
 	a := tool.approval
 	if a == nil {
 		return nil, "", nil
@@ -435,7 +460,7 @@ func approve(s *steps.Context, tool *Tool, call model.ToolCall, key Key) (*steps
 		Payload: ToolCallApproval{Run: s.RunID(), Tool: call.Name, Args: call.Args, Key: key, CallID: call.ID},
 		Group:   a.Group, TTL: a.TTL, OnExpiry: a.OnExpiry, EscalateTo: a.EscalateTo, Reminders: a.Reminders,
 	}
-	d, err := s.Approval(req)
+	d, err := decided(req)
 	if err != nil {
 		return nil, "", err
 	}

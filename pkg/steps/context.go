@@ -191,6 +191,23 @@ func (s *Context) Approval(req ApprovalRequest) (*checkpoint.Approval, error) {
 	return d, nil
 }
 
+// ApprovalOf returns the latest decision taken at this step on exactly
+// req's payload, or nil. Unlike Approval, a decision on another payload
+// taken since does not hide it: for a step that asks several questions in
+// turn (the gated calls of one model turn, each parked on by itself).
+func (s *Context) ApprovalOf(req ApprovalRequest) (*checkpoint.Approval, error) {
+	sum, err := PayloadSHA256(req.Payload)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(s.cfg.Approvals) - 1; i >= 0; i-- {
+		if a := s.cfg.Approvals[i]; a.PayloadSHA256 == sum {
+			return &a, nil
+		}
+	}
+	return nil, nil
+}
+
 // Calls returns the calls journaled by this attempt, in order.
 func (s *Context) Calls() []checkpoint.CallRecord {
 	s.mu.Lock()
