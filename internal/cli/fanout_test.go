@@ -53,10 +53,21 @@ func TestFanOutThroughCLI(t *testing.T) {
 			}
 		}
 
-		e.mustCLI(0, "start", "fanout", "--id", "fanout-big", "--input", `{"branches": 1001}`)
-		run := e.waitStatus("fanout-big", checkpoint.StatusFailed)
-		if !strings.Contains(run.Error, "branches must be 1 to 1000, got 1001") || len(e.paymentsFor("fanout-big")) != 0 {
-			t.Fatalf("fanout of 1001: %q", run.Error)
+		// Out of range, refused when started: no run.
+		for _, tc := range []struct{ input, want string }{
+			{`{"branches": 1001}`, "input.branches is 1001, want at most 1000"},
+			{`{"branches": 0}`, "input.branches is 0, want at least 1"},
+			{`{"branches": 2.5}`, "want a whole number"},
+			{`{"branches": "8"}`, "input.branches must be a number"},
+			{`{"branch": 8}`, "input.branch is not a field of the input (its fields: branches)"},
+		} {
+			r := e.mustCLI(2, "start", "fanout", "--id", "fanout-big", "--input", tc.input)
+			if !strings.Contains(r.stderr, tc.want) {
+				t.Fatalf("start fanout %s: %s, want %q", tc.input, r.stderr, tc.want)
+			}
+		}
+		if _, err := e.getRun("fanout-big"); err == nil {
+			t.Fatal("a refused start created the run")
 		}
 	})
 }

@@ -475,8 +475,11 @@ type WorkflowInfo struct {
 	Steps     []string `json:"steps"`
 	// Signals the workflow's steps wait for; a signal of another name is
 	// refused.
-	Signals   []string  `json:"signals,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Signals []string `json:"signals,omitempty"`
+	// InputSchema a run's input must match when it starts (see
+	// steps.Workflow.InputSchema); empty: any JSON object.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	UpdatedAt   time.Time       `json:"updated_at"`
 }
 
 // Store persists runs, checkpoints and call journals. Implementations:

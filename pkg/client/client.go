@@ -14,6 +14,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/steps"
 )
 
 var (
@@ -88,6 +89,9 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 	info, err := c.workflow(ctx, req.Workflow)
 	if err != nil {
 		return run, false, err
+	}
+	if err := steps.CheckInput(info.InputSchema, input); err != nil {
+		return run, false, fmt.Errorf("%w: %w (workflow %s v%d)", ErrBadInput, err, info.Name, info.Version)
 	}
 	now := time.Now().UTC()
 	run = checkpoint.Run{

@@ -56,6 +56,7 @@ type Workflow[S any] struct {
 	init    func(input json.RawMessage) (S, error)
 	caps    Caps
 	signals []string
+	schema  json.RawMessage
 	errs    []error
 }
 
@@ -242,6 +243,9 @@ type Definition interface {
 	StepNames() []string
 	// SignalNames lists the signals the workflow waits for.
 	SignalNames() []string
+	// Schema is the input schema runs are checked against when they
+	// start (Workflow.InputSchema), or nil.
+	Schema() json.RawMessage
 	Retry(step string) RetryPolicy
 	Caps() Caps
 	Validate() error

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -228,6 +229,11 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 		// The step started child runs: create them (again: idempotent by
 		// id) before acking, so that a crash after the commit loses none.
 		if err := w.runs.StartChildren(ctx, run, cp); err != nil {
+			if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrRunIDTaken) {
+				// Starting again cannot fix it: a person must look.
+				w.deadLetter(ctx, d, run, err.Error())
+				return
+			}
 			w.retryTransient(d, "start child runs", err)
 			return
 		}

@@ -234,7 +234,7 @@ func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 		cons = append(cons, c)
 	}
 	for _, d := range w.cfg.Registry.All() {
-		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), Signals: d.SignalNames(), UpdatedAt: time.Now().UTC()}
+		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), Signals: d.SignalNames(), InputSchema: d.Schema(), UpdatedAt: time.Now().UTC()}
 		if err := w.cfg.Store.RegisterWorkflow(ctx, info); err != nil {
 			return nil, fmt.Errorf("register workflow %s v%d: %w", d.Name(), d.Version(), err)
 		}

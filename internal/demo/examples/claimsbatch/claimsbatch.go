@@ -41,6 +41,9 @@ type State struct {
 func New() *steps.Workflow[State] {
 	return steps.New[State](Name, Version).
 		Init(initState).
+		InputSchema(`{"type": "object", "additionalProperties": false, "required": ["count"], "properties": {
+			"count": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "child claims to start"},
+			"amount": {"type": "integer", "minimum": 1, "description": "amount of each claim, default 1840"}}}`).
 		Step("start", start).
 		Step("collect", collect)
 }

@@ -71,6 +71,8 @@ func New(cfg Config) *steps.Workflow[State] {
 	pay := payments.Client{BaseURL: cfg.PaymentsURL, HTTP: cfg.HTTP}
 	return steps.New[State](Name, Version).
 		Init(initState).
+		InputSchema(`{"type": "object", "additionalProperties": false, "properties": {
+			"branches": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "branches to run, default 8"}}}`).
 		Step("split", split).
 		Branch("pay-one", steps.BranchFunc(func(ctx context.Context, s *steps.Context, in Pay) (Paid, error) {
 			return payOne(ctx, s, pay, in)

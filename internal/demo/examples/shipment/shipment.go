@@ -41,6 +41,8 @@ type State struct {
 func New() *steps.Workflow[State] {
 	return steps.New[State](Name, Version).
 		Init(initState).
+		InputSchema(`{"type": "object", "additionalProperties": false, "properties": {
+			"ttl": {"type": "string", "minLength": 2, "description": "how long to wait for the delivered signal, a Go duration, default 72h"}}}`).
 		Signals(Delivered).
 		Step("await-delivery", awaitDelivery)
 }
