@@ -23,13 +23,18 @@ func waitWhat(w *checkpoint.Wait) string {
 // StartChildren creates the child runs that checkpoint cp of parent lists
 // and publishes their first steps. It is idempotent: a child that exists
 // is started again only in the sense of Start (its first step published
-// again while it is there). Then, since every child may have ended
-// already (a redelivery after a crash), it resumes the parent if so. The
-// worker calls it after committing a step that started children.
+// again while it is there). A child whose id another run holds is not
+// started: ChildResults reports it failed, and its siblings go on. Then,
+// since every child may have ended already (a redelivery after a crash,
+// a batch of taken ids), it resumes the parent if so. The worker calls it
+// after committing a step that started children.
 func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp checkpoint.Checkpoint) error {
 	ref := &checkpoint.ParentRef{RunID: parent.ID, Step: cp.Step}
 	for _, ch := range cp.Children {
 		_, _, err := c.Start(ctx, StartRequest{Workflow: ch.Workflow, RunID: ch.ID, Input: ch.Input, By: "run " + parent.ID, Parent: ref})
+		if errors.Is(err, ErrRunIDTaken) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("start child %s of %s: %w", ch.ID, parent.ID, err)
 		}
@@ -121,7 +126,7 @@ func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([
 		case err != nil:
 			return nil, fmt.Errorf("child %s of %s: %w", ch.ID, run.ID, err)
 		case child.Parent == nil || child.Parent.RunID != run.ID:
-			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("run id %s is taken by another run", ch.ID)
+			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("not started: run id %s is taken by another run (give the child another id with steps.Child.ID)", ch.ID)
 		default:
 			s.Status, s.Error, s.Step = child.Status, child.Error, child.Step
 		}

@@ -2,7 +2,6 @@ package steps
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -22,7 +21,8 @@ type Child struct {
 // waits, holding no worker, until every child has ended (completed,
 // failed, cancelled or dead); then the step named next runs on state and
 // reads their outcomes with ChildResults. Cancelling the run cancels its
-// children. At most checkpoint.MaxBranches children.
+// children. At most checkpoint.MaxBranches children; with none, next runs
+// at once.
 func StartChildren[S any](next string, state S, children ...Child) Outcome[S] {
 	return Outcome[S]{kind: KindChildren, next: next, state: state, children: children}
 }
@@ -38,23 +38,17 @@ type ChildResult struct {
 	State json.RawMessage `json:"state,omitempty"`
 }
 
-// ErrNoChildren: ChildResults was called in a step that does not follow
-// StartChildren.
-var ErrNoChildren = errors.New("step does not follow child runs")
-
 // ChildResults returns how the child runs the step before started ended,
-// in the order they were started.
+// in the order they were started: none when it started none (or did not
+// start children).
 func ChildResults(s *Context) ([]ChildResult, error) {
-	if s.cfg.Children == nil {
-		return nil, fmt.Errorf("%s: %w", s.IdempotencyKey(), ErrNoChildren)
-	}
 	return append([]ChildResult(nil), s.cfg.Children...), nil
 }
 
 // childRuns checks and encodes the children step n of run starts.
 func (w *Workflow[S]) childRuns(s *Context, step string, children []Child) ([]checkpoint.Child, error) {
-	if len(children) == 0 || len(children) > checkpoint.MaxBranches {
-		return nil, fmt.Errorf("workflow %s step %s: a step starts 1 to %d child runs, not %d", w.name, step, checkpoint.MaxBranches, len(children))
+	if len(children) > checkpoint.MaxBranches {
+		return nil, fmt.Errorf("workflow %s step %s: a step starts at most %d child runs, not %d", w.name, step, checkpoint.MaxBranches, len(children))
 	}
 	out := make([]checkpoint.Child, len(children))
 	seen := map[string]bool{}

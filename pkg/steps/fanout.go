@@ -23,7 +23,8 @@ type Branch struct {
 // runs; branch i of the fan-out committed at step n is checkpointed on
 // its own and has the idempotency key "<run>:step<n+1>.<i>"; the join is
 // step n+1 and runs once, after every branch is checkpointed. At most
-// checkpoint.MaxBranches branches. A branch that fails for good (its
+// checkpoint.MaxBranches branches; none goes straight to the join (with no
+// outputs). A branch that fails for good (its
 // retries used up, or a permanent error) sends the run to the dead
 // letters naming the branch; the others are not interrupted, and a
 // redrive runs the branches that have no checkpoint, then the join.
@@ -107,8 +108,8 @@ func (w *Workflow[S]) fanOut(step, join string, branches []Branch) ([]checkpoint
 	if d, ok := w.steps[join]; !ok || d.branch != nil {
 		return nil, fmt.Errorf("workflow %s step %s: fan-out joins at %q, which is not a step of the workflow: %w", w.name, step, join, ErrUnknownStep)
 	}
-	if len(branches) == 0 || len(branches) > checkpoint.MaxBranches {
-		return nil, fmt.Errorf("workflow %s step %s: a fan-out has 1 to %d branches, not %d", w.name, step, checkpoint.MaxBranches, len(branches))
+	if len(branches) > checkpoint.MaxBranches {
+		return nil, fmt.Errorf("workflow %s step %s: a fan-out has at most %d branches, not %d", w.name, step, checkpoint.MaxBranches, len(branches))
 	}
 	out := make([]checkpoint.Branch, len(branches))
 	for i, b := range branches {

@@ -75,8 +75,7 @@ func TestFanOutRefused(t *testing.T) {
 		{`{"n":2,"join":"nowhere","to":"double"}`, `joins at "nowhere"`},
 		{`{"n":2,"join":"double","to":"double"}`, `joins at "double"`},
 		{`{"n":2,"join":"sum","to":"sum"}`, `"sum", which is not a branch step`},
-		{`{"n":0,"join":"sum","to":"double"}`, "1 to 1000 branches, not 0"},
-		{`{"n":1001,"join":"sum","to":"double"}`, "1 to 1000 branches, not 1001"},
+		{`{"n":1001,"join":"sum","to":"double"}`, "at most 1000 branches, not 1001"},
 	} {
 		s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, StepName: "split"})
 		_, err := wf.Execute(context.Background(), s, "split", json.RawMessage(tc.input), false)

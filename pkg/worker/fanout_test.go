@@ -207,3 +207,31 @@ func TestFanOutBranchFailsRunThenRedrive(t *testing.T) {
 		})
 	}
 }
+
+// A fan-out of no branches goes straight to its join, with no outputs; a
+// step that starts no children goes straight to its next step.
+func TestEmptyFanOutAndNoChildren(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			var p payments
+			none := steps.New[fanState]("nokids", 1).
+				Step("start", func(_ context.Context, _ *steps.Context, st fanState) (steps.Outcome[fanState], error) {
+					return steps.StartChildren[fanState]("end", st), nil
+				}).
+				Step("end", func(_ context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
+					results, err := steps.ChildResults(s)
+					if err != nil || len(results) != 0 {
+						return steps.Outcome[fanState]{}, fmt.Errorf("results %v, %v", results, err)
+					}
+					return steps.Complete(st), nil
+				})
+			f := testfleet.New(t, kind)
+			f.StartWorker(steps.NewRegistry().MustRegister(fanWorkflow(p.pay, nil, nil), none), nil)
+			f.Start("fan", "fan-0", `{"branches": 0}`)
+			f.Start("nokids", "nokids-1", "")
+			f.WaitStatus("fan-0", checkpoint.StatusCompleted, 30*time.Second)
+			f.WaitStatus("nokids-1", checkpoint.StatusCompleted, 30*time.Second)
+			p.check(t, 0)
+		})
+	}
+}

@@ -229,7 +229,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 		// The step started child runs: create them (again: idempotent by
 		// id) before acking, so that a crash after the commit loses none.
 		if err := w.runs.StartChildren(ctx, run, cp); err != nil {
-			if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrRunIDTaken) {
+			if errors.Is(err, client.ErrBadInput) {
 				// Starting again cannot fix it: a person must look.
 				w.deadLetter(ctx, d, run, err.Error())
 				return

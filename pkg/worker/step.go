@@ -282,6 +282,12 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 		cp.Status, cp.Error = checkpoint.StatusFailed, res.Reason
 		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
 	case steps.KindChildren:
+		if len(res.Children) == 0 {
+			// No child to wait for: the next step runs at once.
+			cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
+			next.Step, next.StepName = m.Step+1, res.Next
+			break
+		}
 		// Committed like a timer: the run waits at the next step, which
 		// its children resume once they have all ended (continueAfter
 		// starts them).
