@@ -98,6 +98,10 @@ func signalError(id string, err error) (int, string, string) {
 		return http.StatusConflict, CodeNotWaiting, err.Error()
 	case errors.Is(err, client.ErrUnknownSignal):
 		return http.StatusConflict, CodeUnknownSignal, err.Error()
+	case errors.Is(err, client.ErrSignalIDReused):
+		return http.StatusConflict, CodeBadRequest, err.Error()
+	case errors.Is(err, client.ErrTooManySignals):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge, err.Error()
 	}
 	return http.StatusInternalServerError, CodeInternal, err.Error()
 }
@@ -224,7 +228,7 @@ func (s *Server) signalEvent(ctx context.Context, system, sig string, body []byt
 		return ev, RejectNotWaiting, err.Error()
 	case errors.Is(err, client.ErrUnknownSignal):
 		return ev, RejectUnknownSignal, err.Error()
-	case errors.Is(err, client.ErrBadSignal):
+	case errors.Is(err, client.ErrBadSignal), errors.Is(err, client.ErrSignalIDReused), errors.Is(err, client.ErrTooManySignals):
 		return ev, RejectMalformed, err.Error()
 	}
 	s.events.forget(key)

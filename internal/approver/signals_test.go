@@ -91,16 +91,20 @@ func TestSignalThroughAPI(t *testing.T) {
 	if n := len(done.Signals); n != 1 || done.Signals[0].ConsumedBy != 1 {
 		t.Fatalf("signals %+v", done.Signals)
 	}
-	status, _, body = h.do(http.MethodPost, "/api/runs/ship-a/signals/delivered", tok, `{"id": "carrier-1"}`, nil)
+	status, _, body = h.do(http.MethodPost, "/api/runs/ship-a/signals/delivered", tok, `{"data": {"pod": "J. Doe"}, "id": "carrier-1"}`, nil)
 	if status != http.StatusOK || json.Unmarshal(body, &res) != nil || !res.Duplicate {
-		t.Fatalf("the same id again: %d %s", status, body)
+		t.Fatalf("the same signal again: %d %s", status, body)
+	}
+	status, _, body = h.do(http.MethodPost, "/api/runs/ship-a/signals/delivered", tok, `{"id": "carrier-1"}`, nil)
+	if status != http.StatusConflict || !strings.Contains(string(body), "with other data") {
+		t.Fatalf("the same id with other data: %d %s", status, body)
 	}
 	status, _, body = h.do(http.MethodPost, "/api/runs/ship-a/signals/delivered", tok, ``, nil)
 	if status != http.StatusConflict || !strings.Contains(string(body), "already ended") {
 		t.Fatalf("signal to an ended run: %d %s", status, body)
 	}
 	// Refusals before the store is asked (token, body) are not signals taken.
-	if want := map[string]int{"api/received": 1, "api/duplicate": 1, "api/refused": 5}; !reflect.DeepEqual(counted.snapshot(), want) {
+	if want := map[string]int{"api/received": 1, "api/duplicate": 1, "api/refused": 6}; !reflect.DeepEqual(counted.snapshot(), want) {
 		t.Fatalf("signals counted %v, want %v", counted.snapshot(), want)
 	}
 }

@@ -33,10 +33,10 @@ func TestShipmentThroughCLI(t *testing.T) {
 			{2, []string{"signal", "ship-1", "delivered", "--data", "{bad"}, "not valid JSON"},
 			{2, []string{"signal", "ship-1"}, "RUN and NAME"},
 			{3, []string{"signal", "nope-1", "delivered"}, "not found"},
-			{1, []string{"signal", "ship-1", "bogus"}, `waits for signals [delivered], not "bogus"`},
-			{1, []string{"signal", "ship-1", "bad.name"}, "signal name"},
-			{1, []string{"signal", "ship-1", "delivered", "--data", `"` + strings.Repeat("x", 70_000) + `"`}, "at most 65536"},
-			{1, []string{"signal", "ship-1", "delivered", "--id", "bad id"}, "signal id"},
+			{2, []string{"signal", "ship-1", "bogus"}, `waits for signals [delivered], not "bogus"`},
+			{2, []string{"signal", "ship-1", "bad.name"}, "signal name"},
+			{2, []string{"signal", "ship-1", "delivered", "--data", `"` + strings.Repeat("x", 70_000) + `"`}, "at most 65536"},
+			{2, []string{"signal", "ship-1", "delivered", "--id", "bad id"}, "signal id"},
 			{1, []string{"approve", "ship-1", "--by", "ana"}, "waits for its signal, not an approval"},
 		} {
 			r := e.mustCLI(tc.code, tc.args...)
@@ -57,8 +57,11 @@ func TestShipmentThroughCLI(t *testing.T) {
 		if delivered["pod"] != "signed by J. Doe" || state["delivered_by"] != "carrier" {
 			t.Fatalf("state %v", state)
 		}
-		if r := e.mustCLI(0, "signal", "ship-1", "delivered", "--id", "carrier-77"); !strings.Contains(r.stdout, "nothing changed") {
+		if r := e.mustCLI(0, "signal", "ship-1", "delivered", "--data", `{"pod":"signed by J. Doe"}`, "--id", "carrier-77"); !strings.Contains(r.stdout, "nothing changed") {
 			t.Fatalf("repeated signal: %s", r.stdout)
+		}
+		if r := e.mustCLI(1, "signal", "ship-1", "delivered", "--data", `{"pod": "someone else"}`, "--id", "carrier-77"); !strings.Contains(r.stderr, "with other data") {
+			t.Fatalf("a signal id reused with other data: %s", r.stderr)
 		}
 		if r := e.mustCLI(1, "signal", "ship-1", "delivered"); !strings.Contains(r.stderr, "already ended") {
 			t.Fatalf("signal after the end: %s", r.stderr)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -29,8 +30,9 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	var raw json.RawMessage
 	if d := strings.TrimSpace(*data); d != "" {
-		if !json.Valid([]byte(d)) {
-			return service.Usagef("signal: --data is not valid JSON: %s", cut(d, 80))
+		var v any
+		if err := json.Unmarshal([]byte(d), &v); err != nil {
+			return service.Usagef("signal: --data is not valid JSON (%v): %s", err, cut(d, 80))
 		}
 		raw = json.RawMessage(d)
 	}
@@ -40,6 +42,9 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer s.Close()
 	res, err := cl.Signal(ctx, client.SignalRequest{RunID: pos[0], Name: pos[1], Data: raw, ID: *id, By: *by, Channel: client.ChannelCLI})
+	if errors.Is(err, client.ErrBadSignal) || errors.Is(err, client.ErrUnknownSignal) {
+		return service.UsageError{Msg: err.Error()}
+	}
 	if err != nil {
 		return err
 	}

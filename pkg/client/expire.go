@@ -92,7 +92,9 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 		// The step runs again and learns that no signal came in time.
 		reason := fmt.Sprintf("no signal %s within %s", w.Name, ttl)
 		next.Signals = append(append([]checkpoint.Signal(nil), run.Signals...), checkpoint.Signal{
-			Name: w.Name, ID: fmt.Sprintf("expired-%d-%d", w.Step, run.Resumes), Expired: true, At: now, By: "scheduler", Channel: ChannelScheduler,
+			// ':' is in no caller's id (checkpoint.ValidID): a marker's id
+			// cannot collide with a signal's.
+			Name: w.Name, ID: fmt.Sprintf("expired:%d:%d", w.Step, run.Resumes), Expired: true, At: now, By: "scheduler", Channel: ChannelScheduler,
 		})
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Reason: reason})
 		next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil

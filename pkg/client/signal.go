@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,9 +14,21 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
+// Bounds of the signals a run keeps (they live on its record).
+const (
+	MaxSignalsPerRun     = 100
+	MaxSignalBytesPerRun = 256 << 10
+)
+
 var (
 	// ErrBadSignal: a signal's name, id or data is malformed or too large.
 	ErrBadSignal = errors.New("bad signal")
+	// ErrTooManySignals: the run keeps MaxSignalsPerRun signals, or
+	// MaxSignalBytesPerRun bytes of their data, already.
+	ErrTooManySignals = errors.New("the run holds as many signals as it may")
+	// ErrSignalIDReused: a signal id was delivered before with another
+	// name or other data.
+	ErrSignalIDReused = errors.New("signal id reused")
 	// ErrUnknownSignal: the run's workflow never waits for a signal of
 	// that name.
 	ErrUnknownSignal = errors.New("the run's workflow waits for no such signal")
@@ -64,12 +77,19 @@ func (c *Client) Signal(ctx context.Context, req SignalRequest) (SignalResult, e
 			return SignalResult{}, fmt.Errorf("run %s: %w", req.RunID, err)
 		}
 		for _, s := range run.Signals {
+			if s.ID == req.ID && (s.Name != req.Name || string(s.Data) != string(req.Data)) {
+				return SignalResult{Run: run, Signal: s}, fmt.Errorf("signal id %s was delivered to %s before as %s with other data: %w: send a new signal under a new id", req.ID, run.ID, s.Name, ErrSignalIDReused)
+			}
 			if s.ID == req.ID {
 				return SignalResult{Run: run, Signal: s, Duplicate: true}, nil
 			}
 		}
-		if run.Status.Terminal() {
+		// A dead run may be redriven: its signals are kept for it.
+		if run.Status.Terminal() && run.Status != checkpoint.StatusDead {
 			return SignalResult{Run: run}, fmt.Errorf("run %s is %s: %w", run.ID, run.Status, ErrNotActive)
+		}
+		if err := signalRoom(run, req); err != nil {
+			return SignalResult{Run: run}, err
 		}
 		if err := c.declaresSignal(ctx, run, req.Name); err != nil {
 			return SignalResult{Run: run}, err
@@ -108,6 +128,19 @@ func (c *Client) Signal(ctx context.Context, req SignalRequest) (SignalResult, e
 	}
 }
 
+// signalRoom refuses a signal past the run's bounds: signals live on the
+// run record, which every step reads and a KV bucket caps at 1 MB.
+func signalRoom(run checkpoint.Run, req SignalRequest) error {
+	n, size := len(run.Signals), len(req.Data)
+	for _, s := range run.Signals {
+		size += len(s.Data)
+	}
+	if n >= MaxSignalsPerRun || size > MaxSignalBytesPerRun {
+		return fmt.Errorf("run %s holds %d signals (%d bytes of data with this one); at most %d and %d bytes: %w", run.ID, n, size, MaxSignalsPerRun, MaxSignalBytesPerRun, ErrTooManySignals)
+	}
+	return nil
+}
+
 func signalResumeID(run checkpoint.Run) string {
 	return fmt.Sprintf("%s:%d:signal%d", run.ID, run.Step, run.Resumes)
 }
@@ -120,8 +153,12 @@ func checkSignal(req *SignalRequest) error {
 	if len(req.Data) > checkpoint.MaxSignalBytes {
 		return fmt.Errorf("signal %s: %w: %d bytes of data, at most %d (put large data in the blob store and send its reference)", req.Name, ErrBadSignal, len(req.Data), checkpoint.MaxSignalBytes)
 	}
-	if len(req.Data) > 0 && !json.Valid(req.Data) {
-		return fmt.Errorf("signal %s: %w: data is not valid JSON", req.Name, ErrBadSignal)
+	if len(req.Data) > 0 {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, req.Data); err != nil {
+			return fmt.Errorf("signal %s: %w: data is not valid JSON: %v", req.Name, ErrBadSignal, err)
+		}
+		req.Data = buf.Bytes()
 	}
 	if req.ID == "" {
 		var b [8]byte

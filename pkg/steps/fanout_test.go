@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/steps"
@@ -98,5 +99,22 @@ func TestFanOutRefused(t *testing.T) {
 	}
 	if err := steps.New[fanIn]("x", 1).Step("a", nil).Branch("a", steps.BranchStep{}).Validate(); err == nil || !strings.Contains(err.Error(), "defined twice") || !strings.Contains(err.Error(), "no function") {
 		t.Errorf("validate: %v", err)
+	}
+}
+
+// A signal that came after its wait expired wins over the expiry.
+func TestSignalAfterExpiryWins(t *testing.T) {
+	at := time.Now()
+	s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, Signals: []checkpoint.Signal{
+		{Name: "go", ID: "expired:1:0", Expired: true, At: at},
+		{Name: "go", ID: "sig-1", Data: json.RawMessage(`{"ok":true}`), At: at.Add(time.Second)},
+	}})
+	sig, err := s.Signal("go")
+	if err != nil || sig == nil || sig.ID != "sig-1" {
+		t.Fatalf("Signal = %+v, %v; want sig-1", sig, err)
+	}
+	only := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, Signals: []checkpoint.Signal{{Name: "go", ID: "expired:1:0", Expired: true, At: at}}})
+	if _, err := only.Signal("go"); !errors.Is(err, steps.ErrSignalExpired) {
+		t.Fatalf("expiry alone: %v", err)
 	}
 }

@@ -34,25 +34,38 @@ var ErrSignalExpired = errors.New("signal wait expired")
 // earlier step consumed, or nil when none came yet (the step should
 // return AwaitSignal). When the step commits, the signals it read are
 // consumed: a re-run of the step reads the same one, a later step does
-// not. After a wait for name expired it returns ErrSignalExpired.
+// not. When none came and a wait for name expired it returns
+// ErrSignalExpired (a signal that came after the expiry still wins).
 func (s *Context) Signal(name string) (*checkpoint.Signal, error) {
+	var expired *checkpoint.Signal
 	for _, sig := range s.cfg.Signals {
-		if sig.Name != name {
-			continue
+		switch {
+		case sig.Name != name:
+		case sig.Expired:
+			if expired == nil {
+				e := sig
+				expired = &e
+			}
+		default:
+			s.consumed(sig.ID)
+			return &sig, nil
 		}
-		s.mu.Lock()
-		if s.signals == nil {
-			s.signals = map[string]bool{}
-		}
-		s.signals[sig.ID] = true
-		s.mu.Unlock()
-		if sig.Expired {
-			return nil, fmt.Errorf("signal %s of %s: %w at %s", name, s.IdempotencyKey(), ErrSignalExpired, sig.At.Format(time.RFC3339))
-		}
-		sig := sig
-		return &sig, nil
+	}
+	if expired != nil {
+		s.consumed(expired.ID)
+		return nil, fmt.Errorf("signal %s of %s: %w at %s", name, s.IdempotencyKey(), ErrSignalExpired, expired.At.Format(time.RFC3339))
 	}
 	return nil, nil
+}
+
+// consumed notes that the attempt read signal id.
+func (s *Context) consumed(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.signals == nil {
+		s.signals = map[string]bool{}
+	}
+	s.signals[id] = true
 }
 
 // ConsumedSignals returns the ids of the signals (and expiries) this

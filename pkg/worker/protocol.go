@@ -682,7 +682,7 @@ func consume(run checkpoint.Run, n int, ids []string) []checkpoint.Signal {
 // run again, and read it.
 func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.Run, sw steps.SignalWait) {
 	for _, s := range signalsFor(run, d.m.Step) {
-		if s.Name == sw.Name {
+		if s.Name == sw.Name && !s.Expired {
 			// The step did not read the signal it waits for: it runs
 			// again (a step that never reads it ends at the delivery fuse).
 			w.retryTransient(d, "park", fmt.Errorf("step awaits signal %s while one is pending: read it with Context.Signal", sw.Name))
@@ -696,6 +696,8 @@ func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.
 	now := time.Now().UTC()
 	next := run
 	next.Status, next.UpdatedAt = checkpoint.StatusWaiting, now
+	// An expiry this step read is spent: waiting again starts a new wait.
+	next.Signals = consume(run, d.m.Step, expiriesOf(run, d.m.Step, sw.Name))
 	next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: sw.Name, Step: d.m.Step, StepName: run.StepName, Since: now, Deadline: now.Add(ttl)}
 	next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
 		Kind: checkpoint.AuditParked, Step: d.m.Step, At: now, Reason: "waits for signal " + sw.Name + " until " + next.Wait.Deadline.Format(time.RFC3339),
@@ -718,4 +720,16 @@ func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.
 	d.log.Info().Str("signal", sw.Name).Time("deadline", next.Wait.Deadline).Msg("run parked for a signal")
 	w.ack(d)
 	w.done(run.Workflow, run.StepName, "parked", d)
+}
+
+// expiriesOf returns the ids of the expiry markers of name that step n of
+// run may read.
+func expiriesOf(run checkpoint.Run, n int, name string) []string {
+	var ids []string
+	for _, s := range signalsFor(run, n) {
+		if s.Expired && s.Name == name {
+			ids = append(ids, s.ID)
+		}
+	}
+	return ids
 }
