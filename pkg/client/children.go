@@ -39,7 +39,17 @@ func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp ch
 			return fmt.Errorf("start child %s of %s: %w", ch.ID, parent.ID, err)
 		}
 	}
-	_, err := c.ResumeParent(ctx, parent.ID)
+	// A cancel of the parent that read no children yet must not leave
+	// them running: the children are written, then the parent read (the
+	// cancel writes the parent, then reads the children).
+	now, err := c.store.GetRun(ctx, parent.ID)
+	if err != nil {
+		return fmt.Errorf("parent %s: %w", parent.ID, err)
+	}
+	if now.Status == checkpoint.StatusCancelled {
+		return c.cancelChildren(ctx, now, "the cancel of "+parent.ID)
+	}
+	_, err = c.ResumeParent(ctx, parent.ID)
 	return err
 }
 

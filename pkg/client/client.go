@@ -316,10 +316,8 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 			return stored, err
 		}
 		c.statusChanged(ctx, stored)
-		if err := c.ChildEnded(ctx, stored); err != nil {
-			return stored, err
-		}
-		return stored, c.cancelChildren(ctx, stored, by)
+		cascade := c.cancelChildren(ctx, stored, by)
+		return stored, errors.Join(cascade, c.ChildEnded(ctx, stored))
 	}
 }
 

@@ -231,3 +231,37 @@ func (w *Worker) childResults(ctx context.Context, run checkpoint.Run, n int) ([
 	}
 	return out, nil
 }
+
+// branchDone reports whether the delivery's branch is committed now; if
+// so it has settled the delivery as a replay (the join published when all
+// are in).
+func (w *Worker) branchDone(ctx context.Context, d *delivery) bool {
+	snap, err := w.cfg.Store.LoadBranch(ctx, d.m.RunID, d.m.BranchOf, d.m.Branch)
+	if err != nil || snap.Current == nil || snap.Previous == nil || snap.Previous.FanOut == nil {
+		return false
+	}
+	d.log.Info().Msg("the branch was committed by another delivery: its failure here is dropped")
+	w.branchCommitted(ctx, d, snap.Run, *snap.Previous, *snap.Current, "replayed")
+	return true
+}
+
+// branchCommittedSince undoes the dead mark this delivery just stored on
+// run when another delivery committed the branch meanwhile, and settles
+// the delivery as a replay. It reports whether it did.
+func (w *Worker) branchCommittedSince(ctx context.Context, d *delivery, dead checkpoint.Run) bool {
+	snap, err := w.cfg.Store.LoadBranch(ctx, d.m.RunID, d.m.BranchOf, d.m.Branch)
+	if err != nil || snap.Current == nil || snap.Previous == nil || snap.Previous.FanOut == nil {
+		return false
+	}
+	back := dead
+	back.Status, back.Error, back.FailedBranch, back.UpdatedAt = checkpoint.StatusRunning, "", 0, time.Now().UTC()
+	restored, err := w.cfg.Store.UpdateRun(ctx, back)
+	if err != nil {
+		// The run moved again (a redrive, a cancel): it stays as it is.
+		d.log.Warn().Err(err).Msg("branch committed by another delivery after this one marked the run dead; not undone")
+		return false
+	}
+	d.log.Warn().Msg("branch committed by another delivery as this one marked the run dead: the mark is undone")
+	w.branchCommitted(ctx, d, restored, *snap.Previous, *snap.Current, "replayed")
+	return true
+}

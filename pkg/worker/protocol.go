@@ -423,6 +423,12 @@ func (w *Worker) what(d *delivery) string {
 // run is marked first so that a duplicate delivery that loses the race
 // publishes nothing for a healthy run.
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
+	if d.m.Branch > 0 && w.branchDone(ctx, d) {
+		// Another delivery of the branch committed it: this one's failure
+		// changes nothing (branch commits never move the run's revision,
+		// so the mark below would not see it).
+		return
+	}
 	next := run
 	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
 	next.FailedBranch = d.m.Branch
@@ -439,6 +445,9 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 			return
 		}
 		w.retryTransient(d, "mark dead", err)
+		return
+	}
+	if d.m.Branch > 0 && w.branchCommittedSince(ctx, d, stored) {
 		return
 	}
 	w.c.dead.Add(1)
