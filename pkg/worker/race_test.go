@@ -34,7 +34,9 @@ func TestCancelRacesStartChildren(t *testing.T) {
 				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.StartChildren("end", st, steps.Child{Workflow: "leaf"}, steps.Child{Workflow: "leaf"}), nil
 				}).
-				Step("end", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) { return steps.Complete(st), nil })
+				Step("end", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
 			f.StartWorker(steps.NewRegistry().MustRegister(leaf, parent), func(c *worker.Config) {
 				c.Hooks = append(c.Hooks, worker.HookFunc(func(ctx context.Context, b worker.Boundary, d worker.Delivery) {
 					if b == worker.AfterCheckpoint && d.RunID == "p1" && d.Step == 1 {
@@ -84,7 +86,9 @@ func TestDuplicateBranchFailureAfterCommit(t *testing.T) {
 					}
 					return 0, steps.Permanent(errors.New("duplicate refused"))
 				})).
-				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) { return steps.Complete(st), nil })
+				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
 			f.StartWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) {
 				c.Concurrency = 8
 				c.Hooks = append(c.Hooks, worker.HookFunc(func(ctx context.Context, b worker.Boundary, d worker.Delivery) {
