@@ -268,6 +268,13 @@ func (l *loop) init(raw json.RawMessage) (State, error) {
 // gate stops a step at a used-up budget: it parks for a decision or
 // dead-letters by the budget's policy. ok means go on.
 func (l *loop) gate(s *steps.Context, st *State, tokens bool) (steps.Outcome[State], bool, error) {
+	return l.gateWith(s.Approval, s, st, tokens)
+}
+
+// gateWith is gate with decided, the lookup of a decision on a request:
+// the tool step of ParallelTools asks several questions (the budget, each
+// gated call), each found by its own payload.
+func (l *loop) gateWith(decided func(steps.ApprovalRequest) (*checkpoint.Approval, error), s *steps.Context, st *State, tokens bool) (steps.Outcome[State], bool, error) {
 	for {
 		u := st.Usage
 		if !tokens { // a tool step spends no tokens: only its steps count
@@ -286,7 +293,7 @@ func (l *loop) gate(s *steps.Context, st *State, tokens bool) (steps.Outcome[Sta
 			Payload: BudgetApproval{Run: s.RunID(), Budget: what, Used: used, Limit: limit, RaiseTo: limitOf(raised, what)},
 			Group:   cmp.Or(st.Budget.Group, "supervisors"),
 		}
-		d, err := s.Approval(req)
+		d, err := decided(req)
 		if err != nil {
 			return steps.Outcome[State]{}, false, err
 		}

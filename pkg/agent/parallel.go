@@ -19,7 +19,7 @@ type branchCall struct {
 // fanOut is the tool step of a loop with ParallelTools: every pending call
 // becomes a branch, after the gated ones were decided, one at a time.
 func (l *loop) fanOut(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
-	if o, ok, err := l.gate(s, &st, false); !ok {
+	if o, ok, err := l.gateWith(s.ApprovalOf, s, &st, false); !ok {
 		return o, err
 	}
 	if len(st.Pending) == 0 {

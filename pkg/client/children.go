@@ -176,3 +176,28 @@ func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by stri
 	}
 	return nil
 }
+
+// rewaitChildren puts run, at the step after cp started its children,
+// back to waiting for them, then starts them (idempotent) and resumes the
+// run if they have all ended.
+func (c *Client) rewaitChildren(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) error {
+	for {
+		next := run
+		next.Status = checkpoint.StatusWaiting
+		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: run.Step, StepName: run.StepName, Since: time.Now().UTC()}
+		stored, err := c.store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			if run, err = c.store.GetRun(ctx, run.ID); err != nil {
+				return err
+			}
+			if run.Status != checkpoint.StatusRunning || run.Step != cp.Step+1 {
+				return nil // it moved on meanwhile
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return c.StartChildren(ctx, stored, cp)
+	}
+}

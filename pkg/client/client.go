@@ -90,8 +90,8 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 	if err != nil {
 		return run, false, err
 	}
-	if err := steps.CheckInput(info.InputSchema, input); err != nil {
-		return run, false, fmt.Errorf("%w: %w (workflow %s v%d)", ErrBadInput, err, info.Name, info.Version)
+	if err := c.checkNewInput(ctx, req.RunID, info, input); err != nil {
+		return run, false, err
 	}
 	now := time.Now().UTC()
 	run = checkpoint.Run{
@@ -122,6 +122,22 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
 	}
 	return stored, true, nil
+}
+
+// checkNewInput checks the input of a run that does not exist yet
+// against its workflow's input schema. A run that exists was checked when
+// it started: a schema deployed since must not refuse its redelivery.
+func (c *Client) checkNewInput(ctx context.Context, id string, info checkpoint.WorkflowInfo, input json.RawMessage) error {
+	if len(info.InputSchema) == 0 {
+		return nil
+	}
+	if _, err := c.store.GetRun(ctx, id); !errors.Is(err, checkpoint.ErrNotFound) {
+		return nil
+	}
+	if err := steps.CheckInput(info.InputSchema, input); err != nil {
+		return fmt.Errorf("%w: %w (workflow %s v%d)", ErrBadInput, err, info.Name, info.Version)
+	}
+	return nil
 }
 
 func sameParent(a, b *checkpoint.ParentRef) bool {

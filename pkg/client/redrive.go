@@ -55,6 +55,11 @@ func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, er
 // all have one: a branch retried meanwhile may have committed after all,
 // and a join can die on its own).
 func (c *Client) publishRedrive(ctx context.Context, run checkpoint.Run) error {
+	if cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1); err == nil && len(cp.Children) > 0 {
+		// The step before started children: the run waits for them again
+		// (the ones that could not be started are started now).
+		return c.rewaitChildren(ctx, run, cp)
+	}
 	fan, done, err := c.fanOutAt(ctx, run)
 	if err != nil {
 		return err

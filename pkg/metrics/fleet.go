@@ -175,7 +175,8 @@ func (f *Fleet) Scan(ctx context.Context) error {
 		case checkpoint.StatusRunning:
 			running = append(running, r)
 		case checkpoint.StatusWaiting:
-			if r.Wait != nil && now.Sub(r.Wait.Deadline) > f.cfg.PastTTLGrace {
+			// A wait for children has no deadline.
+			if r.Wait != nil && !r.Wait.Deadline.IsZero() && now.Sub(r.Wait.Deadline) > f.cfg.PastTTLGrace {
 				kind := r.Wait.Kind
 				if kind == "" {
 					kind = checkpoint.WaitApproval
@@ -332,7 +333,7 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 			gauge(descRuns, float64(by[st]), wf, string(st))
 		}
 		// Zeros for every known workflow, so alerts see 0 rather than no series.
-		for _, kind := range []string{checkpoint.WaitApproval, checkpoint.WaitTimer} {
+		for _, kind := range []string{checkpoint.WaitApproval, checkpoint.WaitTimer, checkpoint.WaitSignal} {
 			gauge(descPastTTL, float64(s.pastTTL[[2]string{wf, kind}]), wf, kind)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,6 +151,63 @@ func TestParentOfEndedChildrenResumed(t *testing.T) {
 			done := f.WaitStatus("p-1", checkpoint.StatusCompleted, 30*time.Second)
 			if cps := f.Checkpoints("p-1"); len(cps) != 2 || string(cps[1].State) != `{"i":30}` {
 				t.Fatalf("parent (%s) checkpoints %+v: want the completed children's sum 30", done.Status, cps)
+			}
+		})
+	}
+}
+
+// A parent that died waiting for its children (a child it could not
+// start), redriven, waits for them again: it starts those that do not
+// exist and its next step runs only once all have ended (found by review).
+func TestRedriveParentWaitsForChildrenAgain(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			ctx := context.Background()
+			var ranEarly atomic.Bool
+			child := steps.New[one]("kid", 1).Step("only", func(_ context.Context, _ *steps.Context, st one) (steps.Outcome[one], error) {
+				return steps.Complete(st), nil
+			})
+			flow := steps.New[one]("parent2", 1).
+				Step("start", func(_ context.Context, _ *steps.Context, st one) (steps.Outcome[one], error) {
+					return steps.Outcome[one]{}, fmt.Errorf("seeded by the test")
+				}).
+				Step("collect", func(_ context.Context, s *steps.Context, st one) (steps.Outcome[one], error) {
+					results, _ := steps.ChildResults(s)
+					for _, r := range results {
+						if !r.Status.Terminal() {
+							ranEarly.Store(true)
+						}
+					}
+					st.I = len(results)
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(child, flow), nil)
+			now := time.Now().UTC()
+			run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: "p-2", Workflow: "parent2", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "start", CreatedAt: now, UpdatedAt: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kids := []checkpoint.Child{{ID: "p-2-1", Workflow: "kid", Input: json.RawMessage(`{}`)}, {ID: "p-2-2", Workflow: "kid", Input: json.RawMessage(`{}`)}}
+			next := run
+			next.Status, next.Step, next.StepName, next.Error = checkpoint.StatusDead, 2, "collect", "a child could not be started"
+			if _, err := f.Store.Commit(ctx, next, checkpoint.Checkpoint{RunID: "p-2", Step: 1, Name: "start", State: json.RawMessage(`{}`), Next: "collect", Status: checkpoint.StatusWaiting, Children: kids, At: now}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Client.Redrive(ctx, "p-2", "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			f.WaitStatus("p-2", checkpoint.StatusCompleted, 30*time.Second)
+			for _, id := range []string{"p-2-1", "p-2-2"} {
+				if c := f.Get(id); c.Status != checkpoint.StatusCompleted || c.Parent == nil || c.Parent.RunID != "p-2" {
+					t.Fatalf("%s: %s, parent %+v", id, c.Status, c.Parent)
+				}
+			}
+			if ranEarly.Load() {
+				t.Fatal("the step after the children ran while a child was still running")
+			}
+			if cps := f.Checkpoints("p-2"); len(cps) != 2 || string(cps[1].State) != `{"i":2}` {
+				t.Fatalf("checkpoints %+v", cps)
 			}
 		})
 	}

@@ -273,7 +273,15 @@ func (s *Scheduler) Repair(ctx context.Context) {
 			switch {
 			case run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitChildren:
 				// No deadline: its children resume it. One whose last
-				// child's resume was lost with a crash is resumed here.
+				// child's resume was lost with a crash is resumed here;
+				// one waiting long is given the children it may lack
+				// (its step's message lost before they were created).
+				if now.Sub(run.Wait.Since) > s.cfg.StuckAfter {
+					if err := s.restartChildren(ctx, run); err != nil {
+						s.c.errors.Add(1)
+						s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair: start the children of a waiting parent")
+					}
+				}
 				resumed, err := s.cfg.Client.ResumeParent(ctx, run.ID)
 				if err != nil {
 					s.c.errors.Add(1)
@@ -303,4 +311,14 @@ func (s *Scheduler) Repair(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// restartChildren starts again (idempotent by id) the children a parent
+// waits for, as its step's checkpoint lists them.
+func (s *Scheduler) restartChildren(ctx context.Context, run checkpoint.Run) error {
+	cp, err := s.store.Checkpoint(ctx, run.ID, run.Wait.Step-1)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Client.StartChildren(ctx, run, cp)
 }

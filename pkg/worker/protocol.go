@@ -431,7 +431,7 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 	}
 	next := run
 	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
-	next.FailedBranch = d.m.Branch
+	next.FailedBranch, next.Wait = d.m.Branch, nil
 	stored, err := w.cfg.Store.UpdateRun(ctx, next)
 	if err != nil {
 		if errors.Is(err, checkpoint.ErrConflict) && d.m.Branch > 0 {
