@@ -114,7 +114,7 @@ func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // delivery that committed it, and the waits' audit entries between them.
 func printRun(w io.Writer, v client.RunView) {
 	fmt.Fprintf(w, "run %s  workflow %s v%d  status %s  step %d %s\n", v.RunID, v.Workflow, v.Version, v.Status, v.Step, v.StepName)
-	fmt.Fprintf(w, "created %s  updated %s  resumes %d (after approval)", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
+	fmt.Fprintf(w, "created %s  updated %s  resumes %d (after a decision or a signal)", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
 	if v.Redrives > 0 {
 		fmt.Fprintf(w, "  redrives %d", v.Redrives)
 	}
@@ -130,6 +130,9 @@ func printRun(w io.Writer, v client.RunView) {
 	}
 	if v.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", v.Error)
+	}
+	if len(v.State) > 0 {
+		fmt.Fprintf(w, "state %s\n", cut(string(v.State), 200))
 	}
 	for _, n := range stateNotices(v.State) {
 		fmt.Fprintf(w, "notice: %s\n", cut(n, 200))

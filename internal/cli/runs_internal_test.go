@@ -20,7 +20,7 @@ func TestRunsShowPrintsStateNotices(t *testing.T) {
 	}
 	out.Reset()
 	printRun(&out, client.RunView{RunID: "r-2", Workflow: "claim", State: json.RawMessage(`{"notices":"not a list"}`)})
-	if strings.Contains(out.String(), "notice") {
+	if strings.Contains(out.String(), "\nnotice:") {
 		t.Fatalf("a state without a notices list printed one:\n%s", out.String())
 	}
 }

@@ -230,7 +230,7 @@ func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 			return run, fmt.Errorf("run %s sleeps until %s (a timer, not an approval): %w", run.ID, run.Wait.Deadline.Format(time.RFC3339), ErrNotWaiting)
 		}
 		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && !run.Wait.IsApproval() {
-			return run, fmt.Errorf("run %s waits for its %s, not an approval: %w", run.ID, waitWhat(run.Wait), ErrNotWaiting)
+			return run, fmt.Errorf("run %s waits for its %s, not an approval (durable runs show %s says what it waits for): %w", run.ID, waitWhat(run.Wait), run.ID, ErrNotWaiting)
 		}
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
 			c.republishResume(ctx, run)
