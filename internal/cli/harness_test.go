@@ -149,10 +149,7 @@ func newEnv(t *testing.T, kind string) *env {
 		}
 	}
 	t.Cleanup(e.stopWorker)
-	testenv.Eventually(t, 10*time.Second, "claim workflow registered", func() bool {
-		infos, err := e.store.Workflows(context.Background())
-		return err == nil && len(infos) > 0
-	})
+	testenv.WaitWorkflows(t, e.store, 10*time.Second, cli.ReferenceWorkflows().Names()...)
 	return e
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/durable-run/durable/internal/demo/examples/reference"
 	"github.com/durable-run/durable/internal/demo/payments"
 	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -209,10 +210,7 @@ func (f *fleet) killHung(run string, step int) bool {
 
 func (f *fleet) waitRegistered() {
 	f.t.Helper()
-	testenv.Eventually(f.t, 60*time.Second, "workers registered", func() bool {
-		infos, err := f.store.Workflows(context.Background())
-		return err == nil && len(infos) > 0
-	})
+	testenv.WaitWorkflows(f.t, f.store, 60*time.Second, reference.Workflows().Names()...)
 }
 
 // drive approves runs as they park until all ids are terminal.

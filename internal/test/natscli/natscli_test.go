@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/durable-run/durable/internal/demo/examples/reference"
 	"github.com/durable-run/durable/internal/demo/payments"
 	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -266,10 +267,7 @@ func startFleet(t *testing.T) *fleet {
 	for i := 1; i <= 2; i++ {
 		f.startWorker(i)
 	}
-	testenv.Eventually(t, time.Minute, "workers registered", func() bool {
-		infos, err := f.store.Workflows(context.Background())
-		return err == nil && len(infos) > 0
-	})
+	testenv.WaitWorkflows(t, f.store, time.Minute, reference.Workflows().Names()...)
 	return f
 }
 

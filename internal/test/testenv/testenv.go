@@ -12,8 +12,12 @@
 package testenv
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // Eventually polls cond every 10ms until it returns true or timeout passes.
@@ -26,4 +30,27 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// WaitWorkflows waits until the store holds a registration of every
+// workflow of names: a worker registers its workflows one by one, so a
+// test that starts a run as soon as any is registered races the rest.
+func WaitWorkflows(tb testing.TB, store checkpoint.Store, timeout time.Duration, names ...string) {
+	tb.Helper()
+	Eventually(tb, timeout, fmt.Sprintf("workflows %v registered", names), func() bool {
+		infos, err := store.Workflows(context.Background())
+		if err != nil {
+			return false
+		}
+		have := map[string]bool{}
+		for _, info := range infos {
+			have[info.Name] = true
+		}
+		for _, n := range names {
+			if !have[n] {
+				return false
+			}
+		}
+		return true
+	})
 }
