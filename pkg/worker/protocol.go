@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -656,89 +655,4 @@ func journalOf(all []checkpoint.CallRecord, gen int) []checkpoint.CallRecord {
 		}
 	}
 	return out
-}
-
-// signalsFor returns the signals step n of run may read: those no step
-// consumed, and those step n consumed in the run's current generation.
-func signalsFor(run checkpoint.Run, n int) []checkpoint.Signal {
-	var out []checkpoint.Signal
-	for _, s := range run.Signals {
-		if s.ConsumedBy == 0 || (s.ConsumedBy == n && s.ConsumedGen == run.Resumes) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// consume returns run's signals with those of ids marked consumed by step
-// n in the run's generation.
-func consume(run checkpoint.Run, n int, ids []string) []checkpoint.Signal {
-	if len(ids) == 0 {
-		return run.Signals
-	}
-	out := append([]checkpoint.Signal(nil), run.Signals...)
-	for i := range out {
-		if out[i].ConsumedBy == 0 && slices.Contains(ids, out[i].ID) {
-			out[i].ConsumedBy, out[i].ConsumedGen = n, run.Resumes
-		}
-	}
-	return out
-}
-
-// parkForSignal parks the run until the signal sw.Name comes, or its TTL
-// passes: a compare-and-set on the run record, as a signal's delivery is,
-// so a signal stored while the step ran makes the park lose and the step
-// run again, and read it.
-func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.Run, sw steps.SignalWait) {
-	for _, s := range signalsFor(run, d.m.Step) {
-		if s.Name == sw.Name && !s.Expired {
-			// The step did not read the signal it waits for: it runs
-			// again (a step that never reads it ends at the delivery fuse).
-			w.retryTransient(d, "park", fmt.Errorf("step awaits signal %s while one is pending: read it with Context.Signal", sw.Name))
-			return
-		}
-	}
-	ttl := sw.TTL
-	if ttl <= 0 {
-		ttl = 72 * time.Hour
-	}
-	now := time.Now().UTC()
-	next := run
-	next.Status, next.UpdatedAt = checkpoint.StatusWaiting, now
-	// An expiry this step read is spent: waiting again starts a new wait.
-	next.Signals = consume(run, d.m.Step, expiriesOf(run, d.m.Step, sw.Name))
-	next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: sw.Name, Step: d.m.Step, StepName: run.StepName, Since: now, Deadline: now.Add(ttl)}
-	next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-		Kind: checkpoint.AuditParked, Step: d.m.Step, At: now, Reason: "waits for signal " + sw.Name + " until " + next.Wait.Deadline.Format(time.RFC3339),
-	})
-	stored, err := w.cfg.Store.UpdateRun(ctx, next)
-	if errors.Is(err, checkpoint.ErrConflict) {
-		w.c.lost.Add(1)
-		w.afterLostCommit(ctx, d)
-		return
-	}
-	if err != nil {
-		w.retryTransient(d, "park", err)
-		return
-	}
-	w.statusChanged(ctx, stored)
-	if err := w.cfg.Store.IndexDue(ctx, run.ID, next.Wait.Deadline); err != nil {
-		d.log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
-	}
-	w.c.parked.Add(1)
-	d.log.Info().Str("signal", sw.Name).Time("deadline", next.Wait.Deadline).Msg("run parked for a signal")
-	w.ack(d)
-	w.done(run.Workflow, run.StepName, "parked", d)
-}
-
-// expiriesOf returns the ids of the expiry markers of name that step n of
-// run may read.
-func expiriesOf(run checkpoint.Run, n int, name string) []string {
-	var ids []string
-	for _, s := range signalsFor(run, n) {
-		if s.Expired && s.Name == name {
-			ids = append(ids, s.ID)
-		}
-	}
-	return ids
 }
