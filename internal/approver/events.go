@@ -350,32 +350,52 @@ func (s *Server) decideEvent(ctx context.Context, system, sig string, body []byt
 // and was not seen before. It returns the replay key of an admitted event
 // (to forget it when the decision fails) or the reason it was rejected.
 func (s *Server) admitEvent(system, sig string, body []byte, now time.Time) (ev Event, key, reason, detail string) {
+	key, reason, detail = s.admit(system, sig, body, now, &ev, "")
+	return ev, key, reason, detail
+}
+
+// signedEvent is what admission reads of an event, once decoded.
+type signedEvent interface {
+	invalid() string
+	from() string // the system the body names
+	eventID() string
+	sentAt() time.Time
+}
+
+func (e *Event) from() string      { return e.System }
+func (e *Event) eventID() string   { return e.ID }
+func (e *Event) sentAt() time.Time { return e.TS }
+func (e *Event) invalid() string   { return e.check() }
+
+// admit runs the checks of admitEvent on body, decoded into ev; the replay
+// key is keyPrefix, the system and the event's id.
+func (s *Server) admit(system, sig string, body []byte, now time.Time, ev signedEvent, keyPrefix string) (key, reason, detail string) {
 	sys, ok := s.cfg.EventSecrets[system]
 	if !ok {
-		return ev, "", RejectUnknownSystem, fmt.Sprintf("no secret for system %q", system)
+		return "", RejectUnknownSystem, fmt.Sprintf("no secret for system %q", system)
 	}
 	if !validSignature(sys.Secret, sig, body) {
-		return ev, "", RejectBadSignature, "signature missing or wrong"
+		return "", RejectBadSignature, "signature missing or wrong"
 	}
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return Event{}, "", RejectMalformed, err.Error()
+	if err := json.Unmarshal(body, ev); err != nil {
+		return "", RejectMalformed, err.Error()
 	}
 	if why := ev.invalid(); why != "" {
-		return ev, "", RejectMalformed, why
+		return "", RejectMalformed, why
 	}
-	if ev.System != system {
-		return ev, "", RejectSystemMismatch, fmt.Sprintf("body names system %q, subject %q", ev.System, system)
+	if ev.from() != system {
+		return "", RejectSystemMismatch, fmt.Sprintf("body names system %q, subject %q", ev.from(), system)
 	}
-	if age := now.Sub(ev.TS); age > s.events.window {
-		return ev, "", RejectStale, fmt.Sprintf("ts %s is %s old", ev.TS.Format(time.RFC3339), age.Round(time.Second))
+	if age := now.Sub(ev.sentAt()); age > s.events.window {
+		return "", RejectStale, fmt.Sprintf("ts %s is %s old", ev.sentAt().Format(time.RFC3339), age.Round(time.Second))
 	} else if -age > maxFuture {
-		return ev, "", RejectFuture, fmt.Sprintf("ts %s is %s ahead", ev.TS.Format(time.RFC3339), (-age).Round(time.Second))
+		return "", RejectFuture, fmt.Sprintf("ts %s is %s ahead", ev.sentAt().Format(time.RFC3339), (-age).Round(time.Second))
 	}
-	key = system + "\x00" + ev.ID
+	key = keyPrefix + system + "\x00" + ev.eventID()
 	if !s.events.firstSight(key, now) {
-		return ev, "", RejectReplayed, "event id seen before"
+		return "", RejectReplayed, "event id seen before"
 	}
-	return ev, key, "", ""
+	return key, "", ""
 }
 
 func validSignature(secret, header string, body []byte) bool {
@@ -392,8 +412,8 @@ func validSignature(secret, header string, body []byte) bool {
 	return hmac.Equal(mac, want.Sum(nil))
 }
 
-// invalid says what is missing or wrong in an event, "" when nothing.
-func (e Event) invalid() string {
+// check says what is missing or wrong in an event, "" when nothing.
+func (e Event) check() string {
 	switch {
 	case e.ID == "" || len(e.ID) > 200:
 		return "id must be 1-200 characters"

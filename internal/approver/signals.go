@@ -121,7 +121,11 @@ type SignalEvent struct {
 	TS time.Time `json:"ts"`
 }
 
-func (e SignalEvent) invalid() string {
+func (e *SignalEvent) from() string      { return e.System }
+func (e *SignalEvent) eventID() string   { return e.ID }
+func (e *SignalEvent) sentAt() time.Time { return e.TS }
+
+func (e *SignalEvent) invalid() string {
 	switch {
 	case e.ID == "" || len(e.ID) > 200:
 		return "id must be 1-200 characters"
@@ -188,30 +192,9 @@ const RejectUnknownSignal = "unknown_signal"
 // the system and the event's id.
 func (s *Server) signalEvent(ctx context.Context, system, sig string, body []byte, now time.Time) (SignalEvent, string, string) {
 	var ev SignalEvent
-	sys, ok := s.cfg.EventSecrets[system]
-	if !ok {
-		return ev, RejectUnknownSystem, fmt.Sprintf("no secret for system %q", system)
-	}
-	if !validSignature(sys.Secret, sig, body) {
-		return ev, RejectBadSignature, "signature missing or wrong"
-	}
-	if err := json.Unmarshal(body, &ev); err != nil {
-		return SignalEvent{}, RejectMalformed, err.Error()
-	}
-	if why := ev.invalid(); why != "" {
-		return ev, RejectMalformed, why
-	}
-	if ev.System != system {
-		return ev, RejectSystemMismatch, fmt.Sprintf("body names system %q, subject %q", ev.System, system)
-	}
-	if age := now.Sub(ev.TS); age > s.events.window {
-		return ev, RejectStale, fmt.Sprintf("ts %s is %s old", ev.TS.Format(time.RFC3339), age.Round(time.Second))
-	} else if -age > maxFuture {
-		return ev, RejectFuture, fmt.Sprintf("ts %s is %s ahead", ev.TS.Format(time.RFC3339), (-age).Round(time.Second))
-	}
-	key := "signal\x00" + system + "\x00" + ev.ID
-	if !s.events.firstSight(key, now) {
-		return ev, RejectReplayed, "event id seen before"
+	key, reason, detail := s.admit(system, sig, body, now, &ev, "signal\x00")
+	if reason != "" {
+		return ev, reason, detail
 	}
 	sum := sha256.Sum256([]byte(system + "\x00" + ev.ID))
 	res, err := s.cfg.Client.Signal(ctx, client.SignalRequest{
