@@ -53,6 +53,10 @@ type Config struct {
 	// ParkedOnly runs the waiting-at-scale phase alone (on the Redis
 	// store; Stores, SkipFloor, Runs and LatencyRuns do not apply).
 	ParkedOnly bool
+	// Durability is DurabilityDefault (the default) or DurabilityStrict:
+	// Redis appendfsync always and JetStream sync on every write, for the
+	// floor and durable alike.
+	Durability string
 	// FanOutOnly runs the fan-out phase alone, on each of Stores (one
 	// 1,000-branch run against one 1,000-step run); without it the phase
 	// runs after the claims-9 phases.
@@ -103,6 +107,13 @@ func (c *Config) settle() error {
 	}
 	if c.SweepSchedulers < 1 {
 		return fmt.Errorf("sweep schedulers %d: want at least 1", c.SweepSchedulers)
+	}
+	switch c.Durability {
+	case "":
+		c.Durability = DurabilityDefault
+	case DurabilityDefault, DurabilityStrict:
+	default:
+		return fmt.Errorf("durability %q: want %s or %s", c.Durability, DurabilityDefault, DurabilityStrict)
 	}
 	if c.ParkedOnly && c.FanOutOnly {
 		return errors.New("one phase alone at a time: parked or fanout")
@@ -172,14 +183,16 @@ func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
 		b.rmDir = true
 	}
 	withRedis := !cfg.SkipFloor || slices.Contains(cfg.Stores, StoreRedis)
-	if b.srv, err = StartServers(ctx, b.dir, withRedis); err != nil {
+	if b.srv, err = StartServers(ctx, b.dir, withRedis, cfg.Durability == DurabilityStrict); err != nil {
 		return nil, err
 	}
 	b.report = Report{
 		Workload: "claims-9", StateBytes: stateBytes(), Runs: cfg.Runs, LatencyRuns: cfg.LatencyRuns,
 		Concurrency: cfg.Concurrency, CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		NATSServer: server.VERSION, RedisServer: b.srv.RedisVersion, WorkerLogLevel: cfg.WorkerLogLevel,
+		Durability: cfg.Durability,
 	}
+	durRedis, durKV := durabilities(cfg.Durability)
 	if b.nc, err = nats.Connect(b.srv.NATSURL, nats.Name("durable-bench")); err != nil {
 		return nil, err
 	}
@@ -199,19 +212,19 @@ func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
 		b.rdb = redis.NewClient(opt)
 	}
 	if !cfg.SkipFloor {
-		b.systems = append(b.systems, floorSystem(js, b.rdb, b.srv.RedisURL))
+		b.systems = append(b.systems, floorSystem(js, b.rdb, b.srv.RedisURL, durRedis))
 	}
 	for _, st := range cfg.Stores {
 		switch st {
 		case StoreRedis:
 			cl := client.New(js, redisstore.New(b.rdb, redisstore.Options{}))
-			b.systems = append(b.systems, durableSystem(SystemDurableRedis, durabilityRedis, b.srv.RedisURL, cl))
+			b.systems = append(b.systems, durableSystem(SystemDurableRedis, durRedis, b.srv.RedisURL, cl))
 		case StoreKV:
 			kv, err := kvstore.New(ctx, js, kvstore.Options{})
 			if err != nil {
 				return nil, fmt.Errorf("open JetStream KV store: %w", err)
 			}
-			b.systems = append(b.systems, durableSystem(SystemDurableKV, durabilityKV, "", client.New(js, kv)))
+			b.systems = append(b.systems, durableSystem(SystemDurableKV, durKV, "", client.New(js, kv)))
 		}
 	}
 	if len(b.systems) == 0 {

@@ -144,7 +144,7 @@ func TestBenchSmoke(t *testing.T) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	resultRE := regexp.MustCompile(`^RESULT system=(durable-redis|durable-kv) throughput_steps_per_s=[0-9]+ step_latency_p50_ms=[0-9.]+ runs=20 durability=\S.*$`)
+	resultRE := regexp.MustCompile(`^RESULT system=(durable-redis|durable-kv) throughput_steps_per_s=[0-9]+ step_latency_p50_ms=[0-9.]+ throughput_vs_best_floor=[0-9.]+ p50_vs_floor=[0-9.]+ runs=20 durability=\S.*$`)
 	last := lines[len(lines)-2:]
 	for i, want := range []string{"durable-redis", "durable-kv"} {
 		m := resultRE.FindStringSubmatch(last[i])
@@ -284,8 +284,11 @@ func TestParked(t *testing.T) {
 			t.Errorf("report has no %q", want)
 		}
 	}
-	if strings.Contains(text.String(), "steps/s") || strings.Contains(text.String(), "RESULT") {
+	if strings.Contains(text.String(), "steps/s") || strings.Contains(text.String(), "RESULT system=durable-redis throughput") {
 		t.Errorf("report of the parked phase alone shows claims-9 figures:\n%s", text.String())
+	}
+	if !regexp.MustCompile(`(?m)^RESULT system=durable-redis phase=parked runs=2000 sweep_waits_per_s=[0-9]+ sweep_s=[0-9.]+ durability=default$`).MatchString(text.String()) {
+		t.Errorf("report has no RESULT line of the sweep:\n%s", text.String())
 	}
 	if got := regexp.MustCompile(`\b(PASS|FAIL)\b`).FindAllString(text.String(), -1); len(got) != 4 {
 		t.Errorf("%d verdicts in the report, want 4 (RSS, goroutines, Redis, sweep)", len(got))

@@ -21,6 +21,8 @@ type Report struct {
 	NATSServer     string    `json:"nats_server"`
 	RedisServer    string    `json:"redis_server,omitempty"`
 	WorkerLogLevel string    `json:"worker_log_level"`
+	// Durability is the servers' sync mode: default or strict.
+	Durability string `json:"durability"`
 	Started        time.Time `json:"started"`
 	WallSeconds    float64   `json:"wall_s"`
 	Results        []Result  `json:"results"`
@@ -100,8 +102,15 @@ func (r *Report) ResultLines() []string {
 		if res.System == SystemFloor {
 			continue
 		}
-		out = append(out, fmt.Sprintf("RESULT system=%s throughput_steps_per_s=%.0f step_latency_p50_ms=%.3f runs=%d durability=%s",
-			res.System, res.ThroughputStepsPerS, res.StepLatencyP50MS, res.Runs, res.Durability))
+		line := fmt.Sprintf("RESULT system=%s throughput_steps_per_s=%.0f step_latency_p50_ms=%.3f", res.System, res.ThroughputStepsPerS, res.StepLatencyP50MS)
+		if res.ThroughputVsFloor > 0 {
+			// One floor is measured today, so it is the best one.
+			line += fmt.Sprintf(" throughput_vs_best_floor=%.2f p50_vs_floor=%.2f", res.ThroughputVsFloor, res.P50VsFloor)
+		}
+		out = append(out, line+fmt.Sprintf(" runs=%d durability=%s", res.Runs, res.Durability))
+	}
+	if p := r.Parked; p != nil && p.SweepSeconds > 0 {
+		out = append(out, fmt.Sprintf("RESULT system=%s phase=parked runs=%d sweep_waits_per_s=%.0f sweep_s=%.2f durability=%s", p.System, p.Runs, p.ExpiredPerS, p.SweepSeconds, r.Durability))
 	}
 	return out
 }
@@ -114,9 +123,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	} else {
 		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "servers on 127.0.0.1: nats-server %s embedded (JetStream file store, default sync)", r.NATSServer)
+	natsSync, redisSync := "default sync", "everysec"
+	if r.Durability == DurabilityStrict {
+		natsSync, redisSync = "sync always", "always"
+	}
+	fmt.Fprintf(&b, "servers on 127.0.0.1: nats-server %s embedded (JetStream file store, %s)", r.NATSServer, natsSync)
 	if r.RedisServer != "" {
-		fmt.Fprintf(&b, ", redis-server %s (appendonly yes, appendfsync everysec)", r.RedisServer)
+		fmt.Fprintf(&b, ", redis-server %s (appendonly yes, appendfsync %s)", r.RedisServer, redisSync)
 	}
 	fmt.Fprintf(&b, "; worker log level %s\n\n", r.WorkerLogLevel)
 	if len(r.Results) > 0 {

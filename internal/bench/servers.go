@@ -27,16 +27,22 @@ type Servers struct {
 	RedisVersion string
 	nats         *proc.NATS
 	redis        *proc.Redis
+	strict       bool
 }
 
 // ErrNoRedis: redis-server is not installed.
 var ErrNoRedis = errors.New("redis-server not found on PATH: install it (Debian: apt-get install redis-server), or run only the KV store without the floor (--store kv --skip-floor)")
 
 // StartServers starts nats-server in dir/nats and, when withRedis,
-// redis-server in dir/redis.
-func StartServers(ctx context.Context, dir string, withRedis bool) (*Servers, error) {
-	s := &Servers{}
-	n, err := proc.StartNATS(ctx, proc.NATSConfig{Name: "durable-bench", Dir: filepath.Join(dir, "nats"), Embedded: true})
+// redis-server in dir/redis. strict makes both sync every write to disk
+// (JetStream sync_interval always, Redis appendfsync always).
+func StartServers(ctx context.Context, dir string, withRedis, strict bool) (*Servers, error) {
+	s := &Servers{strict: strict}
+	cfg := proc.NATSConfig{Name: "durable-bench", Dir: filepath.Join(dir, "nats"), Embedded: true}
+	if strict {
+		cfg.Options = func(o *server.Options) { o.SyncAlways = true }
+	}
+	n, err := proc.StartNATS(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +57,11 @@ func StartServers(ctx context.Context, dir string, withRedis bool) (*Servers, er
 }
 
 func (s *Servers) startRedis(ctx context.Context, dir string) error {
-	r, err := proc.StartRedis(ctx, proc.RedisConfig{Dir: dir, AOF: "everysec", Args: []string{"--protected-mode", "yes"}})
+	aof := "everysec"
+	if s.strict {
+		aof = "always"
+	}
+	r, err := proc.StartRedis(ctx, proc.RedisConfig{Dir: dir, AOF: aof, Args: []string{"--protected-mode", "yes"}})
 	if errors.Is(err, exec.ErrNotFound) {
 		return ErrNoRedis
 	}

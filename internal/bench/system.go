@@ -20,11 +20,23 @@ const (
 	SystemDurableKV    = "durable-kv"
 )
 
-// Durability modes of the systems, as RESULT lines report them.
+// Durability modes of a bench: the servers' default (Redis fsyncs its AOF
+// every second, JetStream syncs its files every two minutes) or strict
+// (Redis fsyncs every write, JetStream syncs every write), for the floor
+// and durable alike.
 const (
-	durabilityRedis = "redis appendfsync everysec + jetstream file store default sync"
-	durabilityKV    = "jetstream file store default sync (steps and kv checkpoints)"
+	DurabilityDefault = "default"
+	DurabilityStrict  = "strict"
 )
+
+// durabilities says what each system's writes survive, as RESULT lines
+// report it, per durability mode.
+func durabilities(mode string) (redisAndNATS, kv string) {
+	if mode == DurabilityStrict {
+		return "redis appendfsync always + jetstream sync always", "jetstream sync always (steps and kv checkpoints)"
+	}
+	return "redis appendfsync everysec + jetstream file store default sync", "jetstream file store default sync (steps and kv checkpoints)"
+}
 
 // system is one thing the bench measures, as the driver sees it.
 type system struct {
@@ -43,9 +55,9 @@ type system struct {
 	client *client.Client
 }
 
-func floorSystem(js jetstream.JetStream, rdb *redis.Client, redisURL string) *system {
+func floorSystem(js jetstream.JetStream, rdb *redis.Client, redisURL, durability string) *system {
 	return &system{
-		name: SystemFloor, durability: durabilityRedis,
+		name: SystemFloor, durability: durability,
 		mode: ModeFloor, redisURL: redisURL,
 		stream: floorStream, consumer: floorConsumer,
 		start: func(ctx context.Context, id string) error {

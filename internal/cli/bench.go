@@ -23,6 +23,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
 	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof), and of the parked runs' sweep (sweep-durable-redis.pprof)")
 	parked := fs.Int("parked", 100000, "N: runs parked at an approval on the Redis store, then swept by a scheduler, after the other phases; 0 skips")
+	durability := fs.String("durability", bench.DurabilityDefault, "default (Redis appendfsync everysec, JetStream's default sync), or strict (both sync every write), for the floor and durable alike")
 	only := fs.String("only", "", "run one phase alone: parked, or fanout (1,000 branches against 1,000 steps in line)")
 	sweepers := fs.Int("sweep-schedulers", 1, "scheduler replicas that sweep the parked runs' expired waits")
 	pos, err := service.ParseArgs(fs, args)
@@ -32,7 +33,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) > 0 {
 		return service.Usagef("bench: unexpected argument %q", pos[0])
 	}
-	cfg := bench.Config{Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
+	if *durability != bench.DurabilityDefault && *durability != bench.DurabilityStrict {
+		return service.Usagef("bench: --durability %q: want default or strict", *durability)
+	}
+	cfg := bench.Config{Durability: *durability, Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
 	switch *store {
 	case "all":
 		cfg.Stores = []string{bench.StoreRedis, bench.StoreKV}

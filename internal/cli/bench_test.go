@@ -20,6 +20,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--only", "parked", "--parked", "0"}, "nothing to run"},
 		{[]string{"--only", "parked", "--store", "kv"}, "Redis store"},
 		{[]string{"--sweep-schedulers", "0"}, "--sweep-schedulers 0"},
+		{[]string{"--durability", "paranoid"}, `--durability "paranoid"`},
 	} {
 		var out, errb bytes.Buffer
 		code := cli.Main(append([]string{"bench"}, c.args...), &out, &errb)

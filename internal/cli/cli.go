@@ -42,7 +42,8 @@ Usage:
                                       deliver a named signal (kept until a step waits for it)
   durable token create --file FILE --id WHO --groups G1,G2
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
-                [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--json] [--profile DIR]
+                [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--durability default|strict]
+                [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--metrics ADDR]
   durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--blob-retention D] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
