@@ -11,21 +11,21 @@ import (
 
 // Report is what a bench measured.
 type Report struct {
-	Workload       string    `json:"workload"`
-	StateBytes     int       `json:"state_bytes"`
-	Runs           int       `json:"runs"`
-	LatencyRuns    int       `json:"latency_runs"`
-	Concurrency    int       `json:"concurrency"`
-	CPUs           int       `json:"cpus"`
-	OS             string    `json:"os"`
-	NATSServer     string    `json:"nats_server"`
-	RedisServer    string    `json:"redis_server,omitempty"`
-	WorkerLogLevel string    `json:"worker_log_level"`
+	Workload       string `json:"workload"`
+	StateBytes     int    `json:"state_bytes"`
+	Runs           int    `json:"runs"`
+	LatencyRuns    int    `json:"latency_runs"`
+	Concurrency    int    `json:"concurrency"`
+	CPUs           int    `json:"cpus"`
+	OS             string `json:"os"`
+	NATSServer     string `json:"nats_server"`
+	RedisServer    string `json:"redis_server,omitempty"`
+	WorkerLogLevel string `json:"worker_log_level"`
 	// Durability is the servers' sync mode: default or strict.
-	Durability string `json:"durability"`
-	Started        time.Time `json:"started"`
-	WallSeconds    float64   `json:"wall_s"`
-	Results        []Result  `json:"results"`
+	Durability  string    `json:"durability"`
+	Started     time.Time `json:"started"`
+	WallSeconds float64   `json:"wall_s"`
+	Results     []Result  `json:"results"`
 	// Parked is the waiting-at-scale phase, when it ran.
 	Parked *ParkedResult `json:"parked,omitempty"`
 	// FanOut is the fan-out phase, when it ran: per store, one run of
