@@ -23,18 +23,8 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 	if n < 2 || i < 1 {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
 	}
-	var (
-		snap   checkpoint.Snapshot
-		runErr error
-		ran    = make(chan struct{})
-	)
-	go func() {
-		defer close(ran)
-		snap.Run, runErr = s.GetRun(ctx, id)
-	}()
-	err := s.loadStep(ctx, id, n, i, &snap)
-	<-ran
-	if err := errors.Join(runErr, err); err != nil {
+	snap, err := s.withRun(ctx, id, func(snap *checkpoint.Snapshot) error { return s.loadStep(ctx, id, n, i, snap) })
+	if err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
 	}
 	return snap, nil

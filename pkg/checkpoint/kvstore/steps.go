@@ -25,6 +25,21 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
 	}
+	snap, err := s.withRun(ctx, id, func(snap *checkpoint.Snapshot) error {
+		done, err := s.loadFirstAttempt(ctx, id, n, snap)
+		if err == nil && !done {
+			err = s.loadStep(ctx, id, n, 0, snap)
+		}
+		return err
+	})
+	if err != nil {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+	}
+	return snap, nil
+}
+
+// withRun reads run id while read fills in the rest of the snapshot.
+func (s *Store) withRun(ctx context.Context, id string, read func(*checkpoint.Snapshot) error) (checkpoint.Snapshot, error) {
 	var (
 		snap   checkpoint.Snapshot
 		runErr error
@@ -34,15 +49,9 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 		defer close(ran)
 		snap.Run, runErr = s.GetRun(ctx, id)
 	}()
-	done, err := s.loadFirstAttempt(ctx, id, n, &snap)
-	if err == nil && !done {
-		err = s.loadStep(ctx, id, n, 0, &snap)
-	}
+	err := read(&snap)
 	<-ran
-	if err := errors.Join(runErr, err); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
-	}
-	return snap, nil
+	return snap, errors.Join(runErr, err)
 }
 
 // loadFirstAttempt reads the newest message on any key "*.<R>.*": every
