@@ -113,6 +113,40 @@ func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // printRun prints a run as a timeline: every committed step with the
 // delivery that committed it, and the waits' audit entries between them.
 func printRun(w io.Writer, v client.RunView) {
+	printRunHeader(w, v)
+	fmt.Fprintln(w, "\nTIMELINE")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tSTEP\tEVENT\tATTEMPT\tDURATION\tBYTES\tDETAIL")
+	for _, e := range v.Timeline {
+		at := e.At.Local().Format("01-02 15:04:05.000")
+		if cp := e.Checkpoint; cp != nil {
+			attempt := fmt.Sprint(cp.Attempt)
+			if cp.Resumed {
+				attempt += " resumed"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", at, cp.Step, cp.Name, attempt, fmtMS(cp.DurationMS), cp.Bytes, stepDetail(*cp))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t\t\t\t%s\n", at, e.Step, strings.ToUpper(e.Kind), auditDetail(*e.Audit))
+	}
+	_ = tw.Flush()
+	printBranches(w, v.Branches)
+	printChildren(w, v.Children)
+	printSignals(w, v.Signals)
+	if len(v.PendingFailures) > 0 {
+		last := v.PendingFailures[len(v.PendingFailures)-1]
+		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
+			v.Step, v.StepName, len(v.PendingFailures), last.Attempt, last.At.Local().Format(time.DateTime), cut(last.Error, 200))
+	}
+
+	printEffects(w, v.Effects)
+	printApprovals(w, v.Approvals)
+	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+}
+
+// printRunHeader prints what the run is: its identity, input, parent,
+// error, state and what it waits for.
+func printRunHeader(w io.Writer, v client.RunView) {
 	fmt.Fprintf(w, "run %s  workflow %s v%d  status %s  step %d %s\n", v.RunID, v.Workflow, v.Version, v.Status, v.Step, v.StepName)
 	fmt.Fprintf(w, "created %s  updated %s  resumes %d (after a decision or a signal)", v.CreatedAt.Local().Format(time.DateTime), v.UpdatedAt.Local().Format(time.DateTime), v.Resumes)
 	if v.Redrives > 0 {
@@ -148,37 +182,15 @@ func printRun(w io.Writer, v client.RunView) {
 		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
 			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cut(string(v.Wait.Payload), 200))
 	}
+}
 
-	fmt.Fprintln(w, "\nTIMELINE")
-	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tSTEP\tEVENT\tATTEMPT\tDURATION\tBYTES\tDETAIL")
-	for _, e := range v.Timeline {
-		at := e.At.Local().Format("01-02 15:04:05.000")
-		if cp := e.Checkpoint; cp != nil {
-			attempt := fmt.Sprint(cp.Attempt)
-			if cp.Resumed {
-				attempt += " resumed"
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", at, cp.Step, cp.Name, attempt, fmtMS(cp.DurationMS), cp.Bytes, stepDetail(*cp))
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t\t\t\t%s\n", at, e.Step, strings.ToUpper(e.Kind), auditDetail(*e.Audit))
-	}
-	_ = tw.Flush()
-	printBranches(w, v.Branches)
-	printChildren(w, v.Children)
-	printSignals(w, v.Signals)
-	if len(v.PendingFailures) > 0 {
-		last := v.PendingFailures[len(v.PendingFailures)-1]
-		fmt.Fprintf(w, "step %d %s not committed: %d failed attempts recorded, last (attempt %d at %s): %s\n",
-			v.Step, v.StepName, len(v.PendingFailures), last.Attempt, last.At.Local().Format(time.DateTime), cut(last.Error, 200))
-	}
-
+// printEffects lists the run's side effects and why each ran once.
+func printEffects(w io.Writer, effects []client.EffectView) {
 	fmt.Fprintln(w, "\nEFFECTS")
-	if len(v.Effects) == 0 {
+	if len(effects) == 0 {
 		fmt.Fprintln(w, "  none")
 	}
-	for _, e := range v.Effects {
+	for _, e := range effects {
 		why := "performed by the committing attempt"
 		if e.Replayed {
 			why = "an earlier attempt had performed it; the key made the provider answer with the original result, nothing ran twice"
@@ -189,11 +201,15 @@ func printRun(w io.Writer, v client.RunView) {
 		}
 		fmt.Fprintf(w, "  effect %s (step %s) replayed=%t: %s\n", e.Key, step, e.Replayed, why)
 	}
+}
+
+// printApprovals lists the run's decisions with the payload each saw.
+func printApprovals(w io.Writer, approvals []checkpoint.Approval) {
 	fmt.Fprintln(w, "\nAPPROVALS")
-	if len(v.Approvals) == 0 {
+	if len(approvals) == 0 {
 		fmt.Fprintln(w, "  none")
 	}
-	for _, a := range v.Approvals {
+	for _, a := range approvals {
 		reason := ""
 		if a.Reason != "" {
 			reason = " reason: " + a.Reason
@@ -203,7 +219,6 @@ func printRun(w io.Writer, v client.RunView) {
 			fmt.Fprintf(w, "    payload seen: %s\n", cut(string(a.Payload), 200))
 		}
 	}
-	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
 }
 
 // printSignals lists the signals delivered to the run.

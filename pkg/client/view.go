@@ -205,56 +205,15 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	committed := map[int]bool{}
 	for _, cp := range cps {
 		committed[cp.Step] = true
-		cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: CheckpointBytes(cp), At: cp.At, Attempt: cp.Attempt,
-			Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal)}
-		for _, call := range cp.Journal {
-			if call.Replayed {
-				cv.Replayed++
-			}
-			cv.Journal = append(cv.Journal, CallView{Name: call.Name, ArgsSHA256: call.ArgsSHA256, Replayed: call.Replayed, Error: call.Error, Note: call.Note})
-		}
-		for _, e := range cp.Effects {
-			ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: cp.Step}
-			cv.Effects = append(cv.Effects, ev)
-			v.Effects = append(v.Effects, ev)
-		}
-		if cp.Attempt > 1 {
-			snap, err := c.store.Load(ctx, id, cp.Step)
-			if err != nil {
-				return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, cp.Step, err)
-			}
-			cv.Failures = snap.Failures
-		}
-		if len(cp.Children) > 0 {
-			children, err := c.ChildResults(ctx, run, cp.Step)
-			if err != nil {
-				return RunView{}, err
-			}
-			for _, ch := range children {
-				v.Children = append(v.Children, ChildView{RunID: ch.ID, Workflow: ch.Workflow, Step: cp.Step, Status: ch.Status, Error: ch.Error})
-			}
-		}
-		if cp.FanOut != nil {
-			cv.FanOut = len(cp.FanOut.Branches)
-			if err := c.viewBranches(ctx, &v, cp); err != nil {
-				return RunView{}, err
-			}
+		cv, err := c.viewCheckpoint(ctx, &v, run, cp)
+		if err != nil {
+			return RunView{}, err
 		}
 		v.Checkpoints = append(v.Checkpoints, cv)
 		v.State = cp.State
 	}
-	if run.Status == checkpoint.StatusDead && run.FailedBranch > 0 {
-		snap, err := c.store.LoadBranch(ctx, id, run.Step, run.FailedBranch)
-		if err != nil {
-			return RunView{}, fmt.Errorf("failures of %s:%d.%d: %w", id, run.Step, run.FailedBranch, err)
-		}
-		v.PendingFailures = snap.Failures
-	} else if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed[run.Step] && run.Step > 0 {
-		snap, err := c.store.Load(ctx, id, run.Step)
-		if err != nil {
-			return RunView{}, fmt.Errorf("failures of %s:%d: %w", id, run.Step, err)
-		}
-		v.PendingFailures = snap.Failures
+	if v.PendingFailures, err = c.pendingFailures(ctx, run, committed[run.Step]); err != nil {
+		return RunView{}, err
 	}
 	for i := range v.Checkpoints {
 		cv := &v.Checkpoints[i]
@@ -266,6 +225,68 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	}
 	sort.SliceStable(v.Timeline, func(i, j int) bool { return v.Timeline[i].At.Before(v.Timeline[j].At) })
 	return v, nil
+}
+
+// viewCheckpoint is the view of checkpoint cp of run; it adds cp's
+// effects, children and branches to v.
+func (c *Client) viewCheckpoint(ctx context.Context, v *RunView, run checkpoint.Run, cp checkpoint.Checkpoint) (CheckpointView, error) {
+	cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: CheckpointBytes(cp), At: cp.At, Attempt: cp.Attempt,
+		Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal)}
+	for _, call := range cp.Journal {
+		if call.Replayed {
+			cv.Replayed++
+		}
+		cv.Journal = append(cv.Journal, CallView{Name: call.Name, ArgsSHA256: call.ArgsSHA256, Replayed: call.Replayed, Error: call.Error, Note: call.Note})
+	}
+	for _, e := range cp.Effects {
+		ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: cp.Step}
+		cv.Effects = append(cv.Effects, ev)
+		v.Effects = append(v.Effects, ev)
+	}
+	if cp.Attempt > 1 {
+		snap, err := c.store.Load(ctx, run.ID, cp.Step)
+		if err != nil {
+			return cv, fmt.Errorf("failures of %s:%d: %w", run.ID, cp.Step, err)
+		}
+		cv.Failures = snap.Failures
+	}
+	if len(cp.Children) > 0 {
+		children, err := c.ChildResults(ctx, run, cp.Step)
+		if err != nil {
+			return cv, err
+		}
+		for _, ch := range children {
+			v.Children = append(v.Children, ChildView{RunID: ch.ID, Workflow: ch.Workflow, Step: cp.Step, Status: ch.Status, Error: ch.Error})
+		}
+	}
+	if cp.FanOut != nil {
+		cv.FanOut = len(cp.FanOut.Branches)
+		if err := c.viewBranches(ctx, v, cp); err != nil {
+			return cv, err
+		}
+	}
+	return cv, nil
+}
+
+// pendingFailures are the recorded failures of the step run is at when
+// it is not committed (committed says whether it is): of the failed
+// branch of a dead fan-out, or of the running or dead step.
+func (c *Client) pendingFailures(ctx context.Context, run checkpoint.Run, committed bool) ([]checkpoint.Failure, error) {
+	if run.Status == checkpoint.StatusDead && run.FailedBranch > 0 {
+		snap, err := c.store.LoadBranch(ctx, run.ID, run.Step, run.FailedBranch)
+		if err != nil {
+			return nil, fmt.Errorf("failures of %s:%d.%d: %w", run.ID, run.Step, run.FailedBranch, err)
+		}
+		return snap.Failures, nil
+	}
+	if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed && run.Step > 0 {
+		snap, err := c.store.Load(ctx, run.ID, run.Step)
+		if err != nil {
+			return nil, fmt.Errorf("failures of %s:%d: %w", run.ID, run.Step, err)
+		}
+		return snap.Failures, nil
+	}
+	return nil, nil
 }
 
 // viewBranches adds the branches of the fan-out committed at fan to v,
