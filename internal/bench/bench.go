@@ -40,7 +40,7 @@ type Config struct {
 	LatencyRuns int
 	// Concurrency is the worker's steps in flight. Default 128.
 	Concurrency int
-	// SkipFloor leaves out the floor pipeline (and its ratios).
+	// SkipFloor leaves out the floors, bare pipelines (and the ratios).
 	SkipFloor bool
 	// Parked is N, the runs the waiting-at-scale phase parks at an
 	// approval on the Redis store, after the other phases. Default
@@ -212,7 +212,9 @@ func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
 		b.rdb = redis.NewClient(opt)
 	}
 	if !cfg.SkipFloor {
-		b.systems = append(b.systems, floorSystem(js, b.rdb, b.srv.RedisURL, durRedis))
+		for _, kind := range []floorKind{syncFloor, pipelinedFloor} {
+			b.systems = append(b.systems, floorSystem(kind, js, b.rdb, b.srv.RedisURL, durRedis))
+		}
 	}
 	for _, st := range cfg.Stores {
 		switch st {

@@ -21,10 +21,19 @@ import (
 // PubAck, ack. No run record, no load, no journal: the least any system
 // must do to keep step n's output durable before step n+1 starts on these
 // parts. The message carries the state, so no step reads anything.
-const (
-	floorStream   = "BENCH_FLOOR"
-	floorConsumer = "floor"
-	floorSubjects = "bench.floor."
+//
+// The pipelined floor (floorpipe.go) does the same work per step, batched
+// the way a pipeline tuned for throughput would: its own stream, consumer
+// and keys, so that the two never share a message.
+
+// floorKind names one floor's stream, consumer, subjects and keys.
+type floorKind struct {
+	name, stream, consumer, subjects, keys string
+}
+
+var (
+	syncFloor      = floorKind{name: SystemFloor, stream: "BENCH_FLOOR", consumer: "floor", subjects: "bench.floor.", keys: "floor"}
+	pipelinedFloor = floorKind{name: SystemFloorPipelined, stream: "BENCH_FLOORP", consumer: "floorp", subjects: "bench.floorp.", keys: "floorp"}
 )
 
 // floorMsg is a floor step message.
@@ -34,28 +43,30 @@ type floorMsg struct {
 	State State  `json:"state"`
 }
 
-func floorSubject(run string) string { return floorSubjects + run }
+func (k floorKind) subject(run string) string { return k.subjects + run }
 
-// floorKey holds the output of step n of run, written once (SET NX).
-func floorKey(run string, n int) string { return "floor:{" + run + "}:cp:" + strconv.Itoa(n) }
+// key holds the output of step n of run, written once (SET NX).
+func (k floorKind) key(run string, n int) string {
+	return k.keys + ":{" + run + "}:cp:" + strconv.Itoa(n)
+}
 
-// floorStreamConfig mirrors durable's step stream: file storage, limits
+// streamConfig mirrors durable's step stream: file storage, limits
 // retention, a 2-minute dedupe window.
-func floorStreamConfig() jetstream.StreamConfig {
+func (k floorKind) streamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:       floorStream,
-		Subjects:   []string{floorSubjects + ">"},
+		Name:       k.stream,
+		Subjects:   []string{k.subjects + ">"},
 		Retention:  jetstream.LimitsPolicy,
 		Storage:    jetstream.FileStorage,
 		Duplicates: 2 * time.Minute,
 	}
 }
 
-// floorConsumerConfig mirrors durable's shared consumer.
-func floorConsumerConfig() jetstream.ConsumerConfig {
+// consumerConfig mirrors durable's shared consumer.
+func (k floorKind) consumerConfig() jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       floorConsumer,
-		FilterSubject: floorSubjects + ">",
+		Durable:       k.consumer,
+		FilterSubject: k.subjects + ">",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -63,19 +74,39 @@ func floorConsumerConfig() jetstream.ConsumerConfig {
 	}
 }
 
-// publishFloorStep publishes step m with Nats-Msg-Id <run>:<step> and waits
-// for the PubAck.
-func publishFloorStep(ctx context.Context, js jetstream.JetStream, m floorMsg) error {
+// message is step m's message, with Nats-Msg-Id <run>:<step>.
+func (k floorKind) message(m floorMsg) (*nats.Msg, error) {
 	data, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: k.subject(m.RunID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, m.RunID+":"+strconv.Itoa(m.Step))
+	return msg, nil
+}
+
+// publish publishes step m and waits for the PubAck.
+func (k floorKind) publish(ctx context.Context, js jetstream.JetStream, m floorMsg) error {
+	msg, err := k.message(m)
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: floorSubject(m.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, m.RunID+":"+strconv.Itoa(m.Step))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish floor step %s:%d: %w", m.RunID, m.Step, err)
 	}
 	return nil
+}
+
+// setupFloor creates kind's stream and consumer.
+func setupFloor(ctx context.Context, js jetstream.JetStream, kind floorKind) (jetstream.Consumer, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, kind.streamConfig()); err != nil {
+		return nil, fmt.Errorf("%s stream: %w", kind.name, err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, kind.stream, kind.consumerConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s consumer: %w", kind.name, err)
+	}
+	return c, nil
 }
 
 // floorWorker runs the floor pipeline at a given concurrency.
@@ -84,17 +115,6 @@ type floorWorker struct {
 	rdb         *redis.Client
 	concurrency int
 	log         zerolog.Logger
-}
-
-func (f *floorWorker) setup(ctx context.Context) (jetstream.Consumer, error) {
-	if _, err := f.js.CreateOrUpdateStream(ctx, floorStreamConfig()); err != nil {
-		return nil, fmt.Errorf("floor stream: %w", err)
-	}
-	c, err := f.js.CreateOrUpdateConsumer(ctx, floorStream, floorConsumerConfig())
-	if err != nil {
-		return nil, fmt.Errorf("floor consumer: %w", err)
-	}
-	return c, nil
 }
 
 // run handles messages until ctx ends, then waits for those in flight.
@@ -129,30 +149,36 @@ func (f *floorWorker) run(ctx context.Context, c jetstream.Consumer) error {
 }
 
 func (f *floorWorker) handle(ctx context.Context, msg jetstream.Msg) {
-	var m floorMsg
-	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.Step < 1 || m.Step > StepsPerRun {
-		_ = msg.Term()
-		return
-	}
-	out := Advance(m.State, m.Step)
-	doc, err := json.Marshal(out)
-	if err != nil {
+	m, out, doc, ok := floorStep(msg)
+	if !ok {
 		_ = msg.Term()
 		return
 	}
 	// First writer wins; a floor does not read the winner back on a
 	// redelivery (a real system must).
-	if err := f.rdb.SetNX(ctx, floorKey(m.RunID, m.Step), doc, 0).Err(); err != nil {
+	if err := f.rdb.SetNX(ctx, syncFloor.key(m.RunID, m.Step), doc, 0).Err(); err != nil {
 		f.log.Warn().Err(err).Msg("floor: SET NX")
 		_ = msg.NakWithDelay(250 * time.Millisecond)
 		return
 	}
 	if m.Step < StepsPerRun {
-		if err := publishFloorStep(ctx, f.js, floorMsg{RunID: m.RunID, Step: m.Step + 1, State: out}); err != nil {
+		if err := syncFloor.publish(ctx, f.js, floorMsg{RunID: m.RunID, Step: m.Step + 1, State: out}); err != nil {
 			f.log.Warn().Err(err).Msg("floor: publish next")
 			_ = msg.NakWithDelay(250 * time.Millisecond)
 			return
 		}
 	}
 	_ = msg.Ack()
+}
+
+// floorStep decodes a floor step message and runs its step: the message,
+// the step's output and the output's document. ok is false for a message
+// that is no floor step.
+func floorStep(msg jetstream.Msg) (m floorMsg, out State, doc []byte, ok bool) {
+	if err := json.Unmarshal(msg.Data(), &m); err != nil || m.Step < 1 || m.Step > StepsPerRun {
+		return m, out, nil, false
+	}
+	out = Advance(m.State, m.Step)
+	doc, err := json.Marshal(out)
+	return m, out, doc, err == nil
 }

@@ -32,82 +32,86 @@ type Meter struct {
 }
 
 // latencyBlock is how many one-at-a-time runs of a system alternate with
-// as many of the floor's.
+// as many of each floor's.
 const latencyBlock = 5
 
-// measureAll measures every system. The floor's worker stays up the
-// whole time; its latency runs alternate, in blocks, with each durable
-// system's, and its throughput phases with theirs, so that both see the
+// measureAll measures every system. The floors' workers stay up the whole
+// time; their latency runs alternate, in blocks, with each durable
+// system's, and their throughput phases with theirs, so that all see the
 // same machine: on a shared machine the floor alone moved by 1.6x (steps/s)
 // and 1.8x (p50) between runs minutes apart. Durable's systems run one
 // after another (they share the step stream's consumer).
 func (b *Bench) measureAll(ctx context.Context) ([]Result, error) {
-	var floor floorRuns
-	if b.systems[0].name == SystemFloor {
-		m, err := b.Open(ctx, SystemFloor)
+	var floors []*floorRuns
+	for _, sys := range b.systems {
+		if !isFloor(sys.name) {
+			continue
+		}
+		m, err := b.Open(ctx, sys.name)
 		if err != nil {
 			return nil, err
 		}
 		defer m.Close()
-		floor.m = m
+		floors = append(floors, &floorRuns{m: m})
 	}
 	var results []Result
 	for _, sys := range b.systems {
-		if sys.name == SystemFloor {
+		if isFloor(sys.name) {
 			continue
 		}
-		res, err := b.measureBesideFloor(ctx, sys.name, &floor)
+		res, err := b.measureBesideFloors(ctx, sys.name, floors)
 		if err != nil {
 			return nil, err
 		}
 		results = append(results, res)
 	}
-	if floor.m == nil {
-		return results, nil
-	}
-	if len(floor.lat) > 0 {
-		b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
-			SystemFloor+" latency", len(floor.lat), ms(Percentile(floor.lat, 0.5))/StepsPerRun, ms(Percentile(floor.lat, 0.99))/StepsPerRun)
-	}
-	if len(floor.tps) == 0 { // the floor alone
-		tp, err := floor.m.Throughput(ctx, b.cfg.Runs)
-		if err != nil {
-			return nil, err
+	var out []Result
+	for _, f := range floors {
+		if len(f.lat) > 0 {
+			b.progress.linef("%-36s %d runs one at a time, in the durable systems' latency phases: p50 %.3f ms/step, p99 %.3f ms/step",
+				f.m.sys.name+" latency", len(f.lat), ms(Percentile(f.lat, 0.5))/StepsPerRun, ms(Percentile(f.lat, 0.99))/StepsPerRun)
 		}
-		floor.tps = append(floor.tps, tp)
+		if len(f.tps) == 0 { // the floors alone
+			tp, err := f.m.Throughput(ctx, b.cfg.Runs)
+			if err != nil {
+				return nil, err
+			}
+			f.tps = append(f.tps, tp)
+		}
+		out = append(out, b.result(f.m, f.lat, f.tps))
 	}
-	return append([]Result{b.result(floor.m, floor.lat, floor.tps)}, results...), nil
+	return append(out, results...), nil
 }
 
-// floorRuns is the floor's meter, nil without the floor, and what its runs
-// alternating with the durable systems' measured.
+// floorRuns is a floor's meter and what its runs alternating with the
+// durable systems' measured.
 type floorRuns struct {
 	m   *Meter
 	lat []time.Duration
 	tps []Throughput
 }
 
-// measureBesideFloor measures durable system name, its phases alternating
-// with the floor's.
-func (b *Bench) measureBesideFloor(ctx context.Context, name string, floor *floorRuns) (Result, error) {
+// measureBesideFloors measures durable system name, its phases
+// alternating with the floors'.
+func (b *Bench) measureBesideFloors(ctx context.Context, name string, floors []*floorRuns) (Result, error) {
 	m, err := b.Open(ctx, name)
 	if err != nil {
 		return Result{}, err
 	}
 	defer m.Close()
-	lat, err := b.latency(ctx, m, floor)
+	lat, err := b.latency(ctx, m, floors)
 	if err != nil {
 		return Result{}, err
 	}
-	// Throughput: the floor's and this system's phases alternate too.
+	// Throughput: the floors' and this system's phases alternate too.
 	var tps []Throughput
 	for range throughputRounds {
-		if floor.m != nil {
-			tp, err := floor.m.Throughput(ctx, b.cfg.Runs)
+		for _, f := range floors {
+			tp, err := f.m.Throughput(ctx, b.cfg.Runs)
 			if err != nil {
 				return Result{}, err
 			}
-			floor.tps = append(floor.tps, tp)
+			f.tps = append(f.tps, tp)
 		}
 		tp, err := m.Throughput(ctx, b.cfg.Runs)
 		if err != nil {
@@ -119,22 +123,22 @@ func (b *Bench) measureBesideFloor(ctx context.Context, name string, floor *floo
 }
 
 // latency runs m's latency runs one at a time, in blocks alternating with
-// as many of the floor's.
-func (b *Bench) latency(ctx context.Context, m *Meter, floor *floorRuns) ([]time.Duration, error) {
+// as many of each floor's.
+func (b *Bench) latency(ctx context.Context, m *Meter, floors []*floorRuns) ([]time.Duration, error) {
 	var lat []time.Duration
 	alternating := ""
-	if floor.m != nil {
-		alternating = ", alternating with the floor's in blocks of " + strconv.Itoa(latencyBlock)
+	if len(floors) > 0 {
+		alternating = ", alternating with the floors' in blocks of " + strconv.Itoa(latencyBlock)
 	}
 	b.progress.begin(m.sys.name+" latency", b.cfg.LatencyRuns)
 	for done := 0; done < b.cfg.LatencyRuns; done += latencyBlock {
 		n := min(latencyBlock, b.cfg.LatencyRuns-done)
-		if floor.m != nil {
-			d, err := floor.m.runsOneAtATime(ctx, "latency", n, false)
+		for _, f := range floors {
+			d, err := f.m.runsOneAtATime(ctx, "latency", n, false)
 			if err != nil {
 				return nil, err
 			}
-			floor.lat = append(floor.lat, d...)
+			f.lat = append(f.lat, d...)
 		}
 		d, err := m.runsOneAtATime(ctx, "latency", n, false)
 		if err != nil {
@@ -153,7 +157,7 @@ func (b *Bench) latency(ctx context.Context, m *Meter, floor *floorRuns) ([]time
 }
 
 // throughputRounds is how many throughput phases each durable system
-// runs, each right after one of the floor's.
+// runs, each right after one of each floor's.
 const throughputRounds = 2
 
 // result is a system's figures from its latency runs and throughput

@@ -15,9 +15,10 @@ import (
 
 // System names in reports.
 const (
-	SystemFloor        = "floor"
-	SystemDurableRedis = "durable-redis"
-	SystemDurableKV    = "durable-kv"
+	SystemFloor          = "floor"
+	SystemFloorPipelined = "floor-pipelined"
+	SystemDurableRedis   = "durable-redis"
+	SystemDurableKV      = "durable-kv"
 )
 
 // Durability modes of a bench: the servers' default (Redis fsyncs its AOF
@@ -55,13 +56,20 @@ type system struct {
 	client *client.Client
 }
 
-func floorSystem(js jetstream.JetStream, rdb *redis.Client, redisURL, durability string) *system {
+// isFloor says whether system name is one of the floors.
+func isFloor(name string) bool { return name == SystemFloor || name == SystemFloorPipelined }
+
+func floorSystem(kind floorKind, js jetstream.JetStream, rdb *redis.Client, redisURL, durability string) *system {
+	mode := ModeFloor
+	if kind == pipelinedFloor {
+		mode = ModeFloorPipelined
+	}
 	return &system{
-		name: SystemFloor, durability: durability,
-		mode: ModeFloor, redisURL: redisURL,
-		stream: floorStream, consumer: floorConsumer,
+		name: kind.name, durability: durability,
+		mode: mode, redisURL: redisURL,
+		stream: kind.stream, consumer: kind.consumer,
 		start: func(ctx context.Context, id string) error {
-			return publishFloorStep(ctx, js, floorMsg{RunID: id, Step: 1, State: Initial(id)})
+			return kind.publish(ctx, js, floorMsg{RunID: id, Step: 1, State: Initial(id)})
 		},
 		verify: func(ctx context.Context, ids []string) error {
 			const chunk = 500
@@ -69,15 +77,15 @@ func floorSystem(js jetstream.JetStream, rdb *redis.Client, redisURL, durability
 				part := ids[i:min(i+chunk, len(ids))]
 				keys := make([]string, len(part))
 				for j, id := range part {
-					keys[j] = floorKey(id, StepsPerRun)
+					keys[j] = kind.key(id, StepsPerRun)
 				}
 				vals, err := rdb.MGet(ctx, keys...).Result()
 				if err != nil {
-					return fmt.Errorf("verify floor runs: %w", err)
+					return fmt.Errorf("verify %s runs: %w", kind.name, err)
 				}
 				for j, v := range vals {
 					if v == nil {
-						return fmt.Errorf("floor run %s has no output of step %d", part[j], StepsPerRun)
+						return fmt.Errorf("%s run %s has no output of step %d", kind.name, part[j], StepsPerRun)
 					}
 				}
 			}

@@ -31,8 +31,9 @@ import (
 
 // Worker modes: durable's worker with the claims-9 workflow, or the floor.
 const (
-	ModeDurable = "durable"
-	ModeFloor   = "floor"
+	ModeDurable        = "durable"
+	ModeFloor          = "floor"
+	ModeFloorPipelined = "floor-pipelined"
 )
 
 // readyLine is what a worker process prints on stdout once it takes work.
@@ -46,7 +47,7 @@ const readyLine = "ready"
 // garbage collection that returns freed memory to the OS) read from stdin
 // with a stats line on stdout (see workerStats).
 //
-//	bench-worker --mode durable|floor [--workload claims9|park] --nats URL [--redis URL] --concurrency N [--log-level L] [--stats]
+//	bench-worker --mode durable|floor|floor-pipelined [--workload claims9|park] --nats URL [--redis URL] --concurrency N [--log-level L] [--stats]
 func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	o, err := parseWorkerFlags(args, stderr)
 	if err != nil {
@@ -79,14 +80,21 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		defer stop()
 	}
 
-	if o.mode == ModeFloor {
-		f := &floorWorker{js: js, rdb: rdb, concurrency: o.concurrency, log: log}
-		c, err := f.setup(ctx)
+	switch o.mode {
+	case ModeFloor:
+		c, err := setupFloor(ctx, js, syncFloor)
 		if err != nil {
 			return err
 		}
 		out.writeLine(readyLine)
-		return f.run(ctx, c)
+		return (&floorWorker{js: js, rdb: rdb, concurrency: o.concurrency, log: log}).run(ctx, c)
+	case ModeFloorPipelined:
+		c, err := setupFloor(ctx, js, pipelinedFloor)
+		if err != nil {
+			return err
+		}
+		out.writeLine(readyLine)
+		return (&pipelinedFloorWorker{js: js, rdb: rdb, concurrency: o.concurrency, log: log}).run(ctx, c)
 	}
 	return runDurableWorker(ctx, o, js, rdb, &log, stdin, out)
 }
@@ -103,7 +111,7 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 	var o workerOptions
 	fs := flag.NewFlagSet("bench-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.mode, "mode", ModeDurable, "durable (claims-9 on durable's worker) or floor (the bare pipeline)")
+	fs.StringVar(&o.mode, "mode", ModeDurable, "durable (claims-9 on durable's worker), floor (the bare pipeline) or floor-pipelined (the bare pipeline, batched)")
 	fs.StringVar(&o.workload, "workload", WorkloadClaims9, "durable's workflow: claims9, park (bench-park, for the waiting-at-scale phase) or fanout (bench-fanout and bench-linear)")
 	fs.BoolVar(&o.stats, "stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
 	fs.StringVar(&o.natsURL, "nats", "", "NATS server URL (required)")
@@ -119,12 +127,12 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 		return o, fmt.Errorf("bench-worker: unexpected argument %q", fs.Arg(0))
 	case o.natsURL == "":
 		return o, errors.New("bench-worker: --nats is required")
-	case o.mode != ModeDurable && o.mode != ModeFloor:
-		return o, fmt.Errorf("bench-worker: --mode %q: want durable or floor", o.mode)
+	case o.mode != ModeDurable && o.mode != ModeFloor && o.mode != ModeFloorPipelined:
+		return o, fmt.Errorf("bench-worker: --mode %q: want durable, floor or floor-pipelined", o.mode)
 	case o.workload != WorkloadClaims9 && o.workload != WorkloadPark && o.workload != WorkloadFanOut:
 		return o, fmt.Errorf("bench-worker: --workload %q: want %s, %s or %s", o.workload, WorkloadClaims9, WorkloadPark, WorkloadFanOut)
-	case o.mode == ModeFloor && o.redisURL == "":
-		return o, errors.New("bench-worker: the floor needs --redis")
+	case o.mode != ModeDurable && o.redisURL == "":
+		return o, errors.New("bench-worker: a floor needs --redis")
 	case o.concurrency < 1:
 		return o, fmt.Errorf("bench-worker: --concurrency %d: want at least 1", o.concurrency)
 	}
