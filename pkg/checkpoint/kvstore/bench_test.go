@@ -6,15 +6,50 @@ import (
 	"testing"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BenchmarkStep measures the store's part of a step as a worker does it:
 // Load step n, then Commit it, on many runs at once (an embedded
-// nats-server, file storage). Profile it with -cpuprofile to see the
-// client and the server together.
+// nats-server), on a file and a memory bucket, committing in two writes
+// and in one atomic batch. Profile it with -cpuprofile to see the client
+// and the server together.
 func BenchmarkStep(b *testing.B) {
 	js := connect(b)
-	s, _ := newStore(b, js)
+	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
+		for _, batches := range []bool{false, true} {
+			name := map[bool]string{false: "two-writes", true: "batch"}[batches]
+			b.Run(storage.String()+"/"+name, func(b *testing.B) {
+				bucket := uniqueBucket()
+				s, err := kvstore.New(b.Context(), js, kvstore.Options{Bucket: bucket, Storage: storage})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if batches && !kvstore.Batches(s) {
+					// New keeps a one-replica file bucket on two writes.
+					allowAtomic(b, js, bucket)
+				}
+				kvstore.SetBatches(s, batches)
+				benchmarkStep(b, s)
+			})
+		}
+	}
+}
+
+func allowAtomic(b *testing.B, js jetstream.JetStream, bucket string) {
+	st, err := js.Stream(b.Context(), "KV_"+bucket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowAtomicPublish = true
+	if _, err := js.UpdateStream(b.Context(), cfg); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchmarkStep(b *testing.B, s *kvstore.Store) {
 	ctx := b.Context()
 	state := []byte(`{"run_id":"claim-000000","step":3,"amount":1840,"currency":"EUR","policy_id":"P-1234567","status":"assessed","note":"` +
 		"0123456789012345678901234567890123456789012345678901234567890123456789" + `"}`)

@@ -9,28 +9,29 @@ import (
 )
 
 // maxSettleRetries bounds the compare-and-set loops of a commit: the one
-// that moves a run onto a checkpoint whose commit lost the run's revision,
-// and the one that writes over a checkpoint of an earlier generation. Each
-// lost round means the key changed again meanwhile.
+// that moves a run onto a checkpoint whose commit lost the run's revision
+// (two writes), and the one that writes over a checkpoint of an earlier
+// generation (both ways). Each lost round means a key changed again
+// meanwhile.
 const maxSettleRetries = 100
 
-// Commit writes cp first-writer-wins within its generation, then moves
-// the run to run's cursor:
+// Commit writes cp first-writer-wins within its generation, together
+// with run, provided run.Rev is still the run's revision. How depends on
+// the bucket (see stagesOnDisk and enableBatches):
 //
-//  1. cp.<R>.<n>, create-only: the first writer of step n wins; a loser
-//     gets ErrCheckpointExists and has written nothing. The one
-//     exception is a checkpoint n of an earlier generation (its Gen below
-//     cp.Gen): the result of an attempt that ran before the run parked
-//     at n and was decided, which no run adopts. It is written over,
-//     compare-and-set on its revision (see writeCheckpoint).
-//  2. run.<R> compare-and-set on run.Rev.
+//   - one atomic batch (commitBatch) on a replicated or memory bucket:
+//     both land or neither, as the Store contract says;
+//   - two writes (commitTwoWrites) on a one-replica file bucket, where
+//     the server's atomic batches cost too much: the checkpoint, then the
+//     run, so that a crash between leaves the run lagging its checkpoint,
+//     which the worker rolls forward.
 //
-// The run only moves after its checkpoint is stored, so a crash between
-// the two leaves a run that lags its checkpoint, which the worker rolls
-// forward on redelivery. If step 2 loses its revision, the checkpoint is
-// stored all the same; settle then makes the run agree with it when it is
-// still the run's step n of the same generation, instead of undoing it: a
-// concurrent reader may already have rolled the run forward over it.
+// Either way cp.<R>.<n> is create-only within a generation: a loser gets
+// ErrCheckpointExists and has written nothing. The one exception is a
+// checkpoint n of an earlier generation (its Gen below cp.Gen): the
+// result of an attempt that ran before the run parked at n and was
+// decided, which no run adopts. It is written over, compare-and-set on
+// its revision.
 func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
 	if cp.RunID == "" {
 		cp.RunID = run.ID
@@ -58,27 +59,46 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
+	s.enableBatches(ctx)
+	commit := s.commitTwoWrites
+	if s.batches.Load() {
+		commit = s.commitBatch
+	}
+	stored, err := commit(ctx, run, cp, cpDoc, runDoc)
+	if err != nil {
+		return fail(err)
+	}
+	return stored, nil
+}
 
+// commitTwoWrites stores cpDoc, then moves the run:
+//
+//  1. cp.<R>.<n>, create-only (see writeCheckpoint);
+//  2. run.<R> compare-and-set on run.Rev.
+//
+// The run only moves after its checkpoint is stored, so a crash between
+// the two leaves a run that lags its checkpoint, which the worker rolls
+// forward on redelivery. If step 2 loses its revision, the checkpoint is
+// stored all the same; settle then makes the run agree with it when it is
+// still the run's step n of the same generation, instead of undoing it: a
+// concurrent reader may already have rolled the run forward over it.
+func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc, runDoc []byte) (checkpoint.Run, error) {
 	if err := s.writeCheckpoint(ctx, cpKey(run.ID, cp.Step), cp.Gen, cpDoc); err != nil {
 		// ErrCheckpointExists, or no PubAck: the checkpoint may or may
 		// not be stored. The caller retries the step, whose Load finds out.
-		return fail(err)
+		return checkpoint.Run{}, err
 	}
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint(ctx)
 	}
 	rev, err := s.put(ctx, runKey(run.ID), runDoc, run.Rev)
 	if errors.Is(err, errWrongRevision) {
-		settled, err := s.settle(ctx, run, cp)
-		if err != nil {
-			return fail(err)
-		}
-		return settled, nil
+		return s.settle(ctx, run, cp)
 	}
 	if err != nil {
 		// The checkpoint is stored; the run may lag it, which the
 		// redelivery's Load sees and rolls forward.
-		return fail(err)
+		return checkpoint.Run{}, err
 	}
 	run.Rev = rev
 	return run, nil
@@ -104,13 +124,11 @@ func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []
 			return fmt.Errorf("checkpoint %s exists, not read: %w", key, err)
 		}
 		if e.found {
-			var stored struct {
-				Gen int `json:"gen"`
+			stored, err := checkpointGen(key, e.value)
+			if err != nil {
+				return err
 			}
-			if err := unmarshal(e.value, &stored); err != nil {
-				return fmt.Errorf("checkpoint %s: %w", key, err)
-			}
-			if stored.Gen >= gen {
+			if stored >= gen {
 				return checkpoint.ErrCheckpointExists
 			}
 		}

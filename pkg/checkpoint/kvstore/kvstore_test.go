@@ -52,7 +52,9 @@ func newStore(t testing.TB, js jetstream.JetStream) (*kvstore.Store, string) {
 
 func TestConformance(t *testing.T) {
 	js := connect(t)
-	// Commit is two writes, checkpoint first (see the package doc).
+	// On a one-replica file bucket Commit is two writes, checkpoint first
+	// (see the package doc); TestConformanceBatches and TestReplicated run
+	// the atomic batch.
 	checkpointtest.RunWith(t, checkpointtest.Options{CheckpointFirst: true}, func(t *testing.T) checkpoint.Store {
 		s, _ := newStore(t, js)
 		return s

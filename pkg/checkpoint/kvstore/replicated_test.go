@@ -123,12 +123,16 @@ func testReadsFromLeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
 }
 
 // The whole conformance suite on a three-replica bucket: the leader
-// reads must say everything the direct gets say.
+// reads must say everything the direct gets say, and commits are atomic
+// batches, which keep the strict contract.
 func testConformanceReplicated(t *testing.T, js jetstream.JetStream) {
-	checkpointtest.RunWith(t, checkpointtest.Options{CheckpointFirst: true}, func(t *testing.T) checkpoint.Store {
+	checkpointtest.Run(t, func(t *testing.T) checkpoint.Store {
 		s, err := kvstore.New(testCtx(t), js, kvstore.Options{Bucket: uniqueBucket(), Replicas: 3})
 		if err != nil {
 			t.Fatalf("kvstore.New: %v", err)
+		}
+		if !kvstore.Batches(s) {
+			t.Fatal("a replicated bucket's store commits in two writes, want one atomic batch")
 		}
 		return s
 	})

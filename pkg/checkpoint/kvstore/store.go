@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -44,8 +46,10 @@ type Options struct {
 //	wf.<name>.<version>      workflow JSON
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //
-// A commit writes the checkpoint, then the run (see Commit).
+// A commit writes the checkpoint and the run in one atomic batch, or, on
+// a one-replica file bucket, the checkpoint, then the run (see Commit).
 type Store struct {
+	js      jetstream.JetStream
 	kv      jetstream.KeyValue
 	stream  jetstream.Stream
 	nc      *nats.Conn
@@ -65,6 +69,13 @@ type Store struct {
 
 	workflows workflowCache
 
+	// batches: commits go as one atomic batch. Set by New, or at the
+	// first commit when mayEnable (see enableBatches); cleared for good
+	// when the server shows it cannot take them.
+	batches    atomic.Bool
+	mayEnable  bool
+	enableOnce sync.Once
+
 	// afterCheckpoint, when set (by tests), runs between a commit's two
 	// writes.
 	afterCheckpoint func(ctx context.Context)
@@ -73,7 +84,10 @@ type Store struct {
 var _ checkpoint.Store = (*Store)(nil)
 
 // New binds the bucket, creating it when missing. It is safe to call from
-// many processes at once. An existing bucket keeps its configuration.
+// many processes at once. An existing bucket keeps its configuration but
+// for allow_atomic, which the first commit turns on for a replicated or
+// memory bucket (see enableBatches). New reads the bucket's replicas and
+// storage once: restart the processes after changing them.
 func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	if opts.Bucket == "" {
 		opts.Bucket = "durable"
@@ -94,7 +108,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	api, subjects := apiPrefix(js), "$KV."+opts.Bucket+"."
 	s := &Store{
-		kv: kv, stream: st, nc: js.Conn(), timeout: opts.Timeout,
+		kv: kv, stream: st, js: js, nc: js.Conn(), timeout: opts.Timeout,
 		msgGet:    api + "STREAM.MSG.GET.KV_" + opts.Bucket,
 		putPrefix: subjects,
 		subjects:  subjects,
@@ -106,6 +120,10 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	// is read from its leader.
 	if cfg := st.CachedInfo().Config; cfg.AllowDirect && cfg.Mirror == nil && cfg.Replicas <= 1 {
 		s.directGet = api + "DIRECT.GET.KV_" + opts.Bucket + "." + subjects
+	}
+	if cfg := st.CachedInfo().Config; !stagesOnDisk(cfg) {
+		s.batches.Store(cfg.AllowAtomicPublish)
+		s.mayEnable = !cfg.AllowAtomicPublish
 	}
 	return s, nil
 }
