@@ -61,7 +61,7 @@ const (
 	parkQuiet = 500 * time.Millisecond
 	// schedulerDefaultBatch is scheduler.Config.Batch's documented
 	// default, which `durable scheduler` runs with.
-	schedulerDefaultBatch = 100
+	schedulerDefaultBatch = 256
 )
 
 // ParkedResult is what the waiting-at-scale phase measured.

@@ -555,17 +555,26 @@ type Store interface {
 	// became claimable (the due time, or the end of a lapsed lease); times
 	// count in milliseconds; limit must be at least 1 and lease at least 1ms.
 	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
-	// FinishDue ends a claim of run id that ClaimDue made at now with lease
-	// (leaseUntil = now + lease): if the entry is still as that claim left
-	// it, it moves to next, or is removed when next is zero. An entry
+	// FinishDue ends the claims of the runs in done that one ClaimDue made
+	// at now with lease (leaseUntil = now + lease), all in one call (one
+	// round trip where the store can): each entry still as that claim left
+	// it moves to its Next, or is removed when Next is zero. An entry
 	// written since, by a worker parking the run again (IndexDue) or by a
 	// later claim after the lease lapsed, is left alone: the claimer's
-	// view of the run is older than that writer's. No error if absent.
-	FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error
+	// view of the run is older than that writer's. No error for an absent
+	// entry; an invalid id fails the call before any entry changes.
+	FinishDue(ctx context.Context, leaseUntil time.Time, done ...DueNext) error
 	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
 	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
 	// Workflows lists registered workflows, one entry per name and version.
 	Workflows(ctx context.Context) ([]WorkflowInfo, error)
+}
+
+// DueNext is where FinishDue moves run ID's entry of the deadline index:
+// to Next, or out of the index when Next is zero (the run is due no more).
+type DueNext struct {
+	ID   string
+	Next time.Time
 }
 
 // Budget bounds checkpoint size: over Warn a commit is logged, over Max it is

@@ -42,41 +42,116 @@ type Reminder struct {
 // Expire applies the policy of a wait whose deadline passed at now: wake a
 // timer, or for an approval reject, escalate or remind. The change is a
 // compare-and-set on the run, so however many schedulers call it for the
-// same deadline, the policy is applied once.
+// same deadline, the policy is applied once. A run the scheduler expired
+// whose step message may have been lost (nothing changed it since) gets
+// that message again, under the same id. ExpireMany does the same for
+// many runs at once.
 func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireResult, error) {
+	e := c.applyExpiry(ctx, id, now)
+	if e.err != nil {
+		return e.res, e.err
+	}
+	if e.changed {
+		c.statusChanged(ctx, e.stored) // before the resumed step's own events
+	}
+	if e.owed.stepID != "" {
+		if err := c.publish(ctx, e.stored, e.owed.stepID); err != nil {
+			return e.res, err
+		}
+	}
+	if r := e.owed.reminder; r != nil {
+		if err := queue.PublishEvent(ctx, c.js, r.Workflow, "reminder", e.owed.reminderID, r); err != nil {
+			return e.res, err
+		}
+	}
+	return e.res, nil
+}
+
+// owed is what an expiry owes the world once the run record holds it.
+type owed struct {
+	// stepID, when set, is the message id under which the step at the
+	// run's cursor is published: the resumed or woken step.
+	stepID string
+	// reminder, when set, is published as a reminder event under
+	// reminderID.
+	reminder   *Reminder
+	reminderID string
+}
+
+// expiry is an expiry applied to the run record, and what it owes.
+type expiry struct {
+	res    ExpireResult
+	stored checkpoint.Run // the run as stored, after the change if any
+	// changed: the run's status changed, which a status event reports.
+	changed bool
+	owed    owed
+	err     error
+}
+
+// applyExpiry reads run id and, if its wait is due at now, stores the
+// run after its policy, by compare-and-set: a decision or another
+// scheduler that changed the run meanwhile makes it look again.
+func (c *Client) applyExpiry(ctx context.Context, id string, now time.Time) expiry {
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
-			return ExpireResult{}, fmt.Errorf("run %s: %w", id, err)
+			return expiry{err: fmt.Errorf("run %s: %w", id, err)}
 		}
 		w := run.Wait
 		if run.Status != checkpoint.StatusWaiting || w == nil || w.Kind == checkpoint.WaitChildren {
 			// Nothing due; a wait for child runs has no deadline.
-			return ExpireResult{Action: ExpireNone}, nil
+			return expiry{res: ExpireResult{Action: ExpireNone}, stored: run, owed: owed{stepID: expiredResumeID(run)}}
 		}
 		if now.Before(w.Deadline) {
-			return ExpireResult{Action: ExpireNone, Next: w.Deadline}, nil
+			return expiry{res: ExpireResult{Action: ExpireNone, Next: w.Deadline}, stored: run}
 		}
-		res, next, publish := expireRun(run, now)
+		res, next, o := expireRun(run, now)
 		stored, err := c.store.UpdateRun(ctx, next)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue // decided or expired by someone else meanwhile: look again
 		}
 		if err != nil {
-			return ExpireResult{}, fmt.Errorf("expire %s: %w", id, err)
+			return expiry{err: fmt.Errorf("expire %s: %w", id, err)}
 		}
-		if stored.Status != run.Status {
-			c.statusChanged(ctx, stored) // before the resumed step's own events
-		}
-		if err := publish(ctx, c, stored); err != nil {
-			return res, err
-		}
-		return res, nil
+		return expiry{res: res, stored: stored, changed: stored.Status != run.Status, owed: o}
 	}
 }
 
-// expireRun computes the run after its wait expired, and what to publish.
-func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run, func(context.Context, *Client, checkpoint.Run) error) {
+// expiredResumeID returns the message id of the step that the scheduler's
+// expiry of run resumed, if nothing changed the run since (its last audit
+// entry is that expiry, at its step, as its last update): the first
+// publish may have failed, its entry left claimed for a later pass to
+// find it so. The id is the first publish's, so the stream drops the copy
+// within its duplicate window, and the step protocol a stale one after
+// it. Empty when there is nothing to publish again.
+func expiredResumeID(run checkpoint.Run) string {
+	n := len(run.Audit)
+	if run.Status != checkpoint.StatusRunning || n == 0 {
+		return ""
+	}
+	e := run.Audit[n-1]
+	if e.Channel != ChannelScheduler || e.Step != run.Step || !e.At.Equal(run.UpdatedAt) {
+		return ""
+	}
+	switch {
+	case e.Kind == checkpoint.AuditTimer:
+		return wakeID(run)
+	case e.Kind != checkpoint.AuditExpired:
+		return ""
+	}
+	if s := run.Signals; len(s) > 0 && s[len(s)-1].Expired && s[len(s)-1].At.Equal(e.At) {
+		return signalResumeID(run)
+	}
+	return resumeID(run)
+}
+
+func wakeID(run checkpoint.Run) string {
+	return fmt.Sprintf("%s:%d:wake", run.ID, run.Step)
+}
+
+// expireRun computes the run after its wait expired, and what it owes
+// once stored (the ids depend on nothing the store changes).
+func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run, owed) {
 	w := *run.Wait
 	next := run
 	next.UpdatedAt = now
@@ -99,16 +174,12 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Reason: reason})
 		next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
 		next.Resumes++
-		return ExpireResult{Action: ExpireSignal}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
-			return c.publish(ctx, r, signalResumeID(r))
-		}
+		return ExpireResult{Action: ExpireSignal}, next, owed{stepID: signalResumeID(next)}
 	}
 	if w.Kind == checkpoint.WaitTimer {
 		next.Status, next.Wait = checkpoint.StatusRunning, nil
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditTimer, Reason: "timer set for " + w.Deadline.Format(time.RFC3339Nano) + " fired"})
-		return ExpireResult{Action: ExpireWoke}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
-			return c.publish(ctx, r, fmt.Sprintf("%s:%d:wake", r.ID, r.Step))
-		}
+		return ExpireResult{Action: ExpireWoke}, next, owed{stepID: wakeID(next)}
 	}
 	switch {
 	case w.OnExpiry == "escalate" && w.EscalateTo != "":
@@ -118,7 +189,7 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 		next.Wait = &nw
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditEscalated, Group: nw.Group, PayloadSHA256: w.PayloadSHA256,
 			Reason: fmt.Sprintf("no decision by %s within %s; escalated to %s", w.Group, ttl, nw.Group)})
-		return ExpireResult{Action: ExpireEscalated, Next: nw.Deadline}, next, noPublish
+		return ExpireResult{Action: ExpireEscalated, Next: nw.Deadline}, next, owed{}
 	case w.OnExpiry == "remind" && w.Reminders > 0:
 		nw := w
 		nw.Reminders--
@@ -126,10 +197,9 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 		next.Wait = &nw
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditReminded, Group: w.Group, PayloadSHA256: w.PayloadSHA256,
 			Reason: fmt.Sprintf("no decision by %s within %s; reminder sent, %d left", w.Group, ttl, nw.Reminders)})
-		return ExpireResult{Action: ExpireReminded, Next: nw.Deadline}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
-			rem := Reminder{RunID: r.ID, Workflow: r.Workflow, Step: w.Step, Group: w.Group, PayloadSHA256: w.PayloadSHA256, Deadline: nw.Deadline, Left: nw.Reminders}
-			return queue.PublishEvent(ctx, c.js, r.Workflow, "reminder", fmt.Sprintf("%s:%d:remind%d:%d", r.ID, w.Step, r.Resumes, nw.Reminders), rem)
-		}
+		rem := &Reminder{RunID: run.ID, Workflow: run.Workflow, Step: w.Step, Group: w.Group, PayloadSHA256: w.PayloadSHA256, Deadline: nw.Deadline, Left: nw.Reminders}
+		return ExpireResult{Action: ExpireReminded, Next: nw.Deadline}, next,
+			owed{reminder: rem, reminderID: fmt.Sprintf("%s:%d:remind%d:%d", run.ID, w.Step, run.Resumes, nw.Reminders)}
 	}
 	reason := fmt.Sprintf("expired: no decision by %s within %s", w.Group, ttl)
 	next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
@@ -139,12 +209,8 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 	audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Group: w.Group, Decision: checkpoint.DecisionRejected, PayloadSHA256: w.PayloadSHA256, Reason: reason})
 	next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
 	next.Resumes++
-	return ExpireResult{Action: ExpireRejected}, next, func(ctx context.Context, c *Client, r checkpoint.Run) error {
-		return c.publish(ctx, r, resumeID(r))
-	}
+	return ExpireResult{Action: ExpireRejected}, next, owed{stepID: resumeID(next)}
 }
-
-func noPublish(context.Context, *Client, checkpoint.Run) error { return nil }
 
 // Repair publishes again what a running run waits for when it made no
 // progress after cutoff (its message may have been lost): the step at

@@ -25,10 +25,14 @@ type Config struct {
 	Client *client.Client
 	// Interval between sweeps of the deadline index. Default 1s.
 	Interval time.Duration
-	// Batch is how many due entries one claim takes. Default 100.
+	// Batch is how many due entries one claim takes, handled together: their
+	// runs read and changed at once (each a compare-and-set on its own
+	// run), their messages published at once, their entries finished in
+	// one call. Default 256.
 	Batch int
-	// Parallel is how many claimed entries are handled at once; each is a
-	// compare-and-set on its own run. Default 32.
+	// Parallel is how many claimed entries are handled at once: a claim
+	// takes at most Parallel entries, and Parallel/Batch claims (at least
+	// one) are under way at a time. Default 1024.
 	Parallel int
 	// Lease hides a claimed entry from other schedulers; an entry whose
 	// scheduler died is claimed again after it. Default 30s.
@@ -87,10 +91,10 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Interval = time.Second
 	}
 	if cfg.Batch == 0 {
-		cfg.Batch = 100
+		cfg.Batch = 256
 	}
 	if cfg.Parallel == 0 {
-		cfg.Parallel = 32
+		cfg.Parallel = 1024
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 30 * time.Second
@@ -172,57 +176,74 @@ func (s *Scheduler) Run(ctx context.Context) error {
 }
 
 // Sweep claims due entries in batches until none is left and applies
-// their policies, Parallel at a time; the next batch is claimed while the
-// last one is handled. It returns how many entries it handled.
+// their policies, a batch at a time per claim and Parallel/Batch claims
+// under way at once: the next batch is claimed while the last ones are
+// handled. It returns how many entries it handled.
 func (s *Scheduler) Sweep(ctx context.Context) int {
-	handled := 0
-	slots := make(chan struct{}, s.cfg.Parallel)
+	limit := min(s.cfg.Batch, s.cfg.Parallel)
+	slots := make(chan struct{}, max(1, s.cfg.Parallel/limit))
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	handled := 0
 	for ctx.Err() == nil {
+		// A slot first, then the claim: a claimed batch's lease runs only
+		// while it is handled.
+		slots <- struct{}{}
 		now := s.cfg.Now()
-		ids, err := s.store.ClaimDue(ctx, now, s.cfg.Batch, s.cfg.Lease)
-		if err != nil {
-			s.c.errors.Add(1)
-			s.log.Warn().Err(err).Msg("claim due waits")
-			return handled
-		}
-		if len(ids) == 0 {
+		ids, err := s.store.ClaimDue(ctx, now, limit, s.cfg.Lease)
+		if err != nil || len(ids) == 0 {
+			<-slots
+			if err != nil {
+				s.c.errors.Add(1)
+				s.log.Warn().Err(err).Msg("claim due waits")
+			}
 			return handled
 		}
 		s.c.claimed.Add(int64(len(ids)))
-		for _, id := range ids {
-			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				s.expire(ctx, id, now)
-			}()
-			handled++
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			s.expire(ctx, ids, now)
+		}()
+		handled += len(ids)
 	}
 	return handled
 }
 
-func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
-	log := s.log.With().Str("run_id", id).Logger()
-	// The entry is finished only if it still holds this claim: once the
-	// policy published a wake or a resume, the step may park the run again
-	// and index its new deadline before this goroutine gets here.
-	leaseUntil := now.Add(s.cfg.Lease)
-	res, err := s.cfg.Client.Expire(ctx, id, now)
-	if errors.Is(err, checkpoint.ErrNotFound) {
-		_ = s.store.FinishDue(ctx, id, leaseUntil, time.Time{})
-		return
+// expire applies the policies of a batch claimed at now and finishes the
+// claims of the entries it is done with, in one call. An entry whose run
+// could not be changed, or whose message was not published, stays
+// claimed: after the lease another pass (or scheduler) retries it. An
+// entry is finished only if it still holds this claim: once the policy
+// published a wake or a resume, the step may park the run again and index
+// its new deadline before the batch gets here.
+func (s *Scheduler) expire(ctx context.Context, ids []string, now time.Time) {
+	done := make([]checkpoint.DueNext, 0, len(ids))
+	for _, o := range s.cfg.Client.ExpireMany(ctx, ids, now) {
+		switch {
+		case errors.Is(o.Err, checkpoint.ErrNotFound):
+			done = append(done, checkpoint.DueNext{ID: o.ID})
+			continue
+		case o.Err != nil:
+			s.c.errors.Add(1)
+			s.log.Warn().Err(o.Err).Str("run_id", o.ID).Msg("apply expiry policy")
+			continue
+		}
+		done = append(done, checkpoint.DueNext{ID: o.ID, Next: o.Next})
+		s.count(o)
 	}
-	if err != nil {
-		// Left claimed: after the lease another pass (or scheduler) retries.
+	if err := s.store.FinishDue(ctx, now.Add(s.cfg.Lease), done...); err != nil {
 		s.c.errors.Add(1)
-		log.Warn().Err(err).Msg("apply expiry policy")
-		return
+		s.log.Warn().Err(err).Int("entries", len(done)).Msg("update deadline index")
 	}
-	switch res.Action {
+}
+
+// count counts and logs what an expiry did.
+func (s *Scheduler) count(o client.ExpireOutcome) {
+	switch o.Action {
+	case client.ExpireNone:
+		return
 	case client.ExpireRejected:
 		s.c.rejected.Add(1)
 	case client.ExpireEscalated:
@@ -232,13 +253,11 @@ func (s *Scheduler) expire(ctx context.Context, id string, now time.Time) {
 	case client.ExpireWoke:
 		s.c.woke.Add(1)
 	}
-	if res.Action != client.ExpireNone {
-		log.Info().Str("action", res.Action).Time("next", res.Next).Msg("wait expired")
+	ev := s.log.Info().Str("run_id", o.ID).Str("action", o.Action)
+	if !o.Next.IsZero() {
+		ev = ev.Time("next", o.Next)
 	}
-	if err := s.store.FinishDue(ctx, id, leaseUntil, res.Next); err != nil {
-		s.c.errors.Add(1)
-		log.Warn().Err(err).Msg("update deadline index")
-	}
+	ev.Msg("wait expired")
 }
 
 // SweepBlobs deletes the blobs of runs that ended more than BlobRetention

@@ -202,9 +202,9 @@ func TestDurableTimer(t *testing.T) {
 // claim: it gets there only after the woken step ran and parked again.
 type slowFinish struct{ checkpoint.Store }
 
-func (s slowFinish) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
+func (s slowFinish) FinishDue(ctx context.Context, leaseUntil time.Time, done ...checkpoint.DueNext) error {
 	time.Sleep(300 * time.Millisecond)
-	return s.Store.FinishDue(ctx, id, leaseUntil, next)
+	return s.Store.FinishDue(ctx, leaseUntil, done...)
 }
 
 func (s slowFinish) UnindexDue(ctx context.Context, id string) error {

@@ -98,8 +98,8 @@ func testDueUnindex(t *testing.T, s checkpoint.Store) {
 
 func mustFinishDue(t *testing.T, s checkpoint.Store, id string, leaseUntil, next time.Time) {
 	t.Helper()
-	if err := s.FinishDue(ctx(t), id, leaseUntil, next); err != nil {
-		t.Fatalf("FinishDue(%s, %v, %v): %v", id, leaseUntil, next, err)
+	if err := s.FinishDue(ctx(t), leaseUntil, checkpoint.DueNext{ID: id, Next: next}); err != nil {
+		t.Fatalf("FinishDue(%v, %s, %v): %v", leaseUntil, id, next, err)
 	}
 }
 
@@ -145,6 +145,42 @@ func testDueFinish(t *testing.T, s checkpoint.Store) {
 	wantClaim(t, s, "fin-late: back after the second lease", second.Add(lease+time.Millisecond), 10, "fin-late")
 	mustFinishDue(t, s, "fin-late", second.Add(lease+time.Millisecond).Add(lease), time.Time{})
 	wantClaim(t, s, "fin-late finished by its last claimer", base.Add(time.Hour), 10)
+
+	testDueFinishBatch(t, s)
+}
+
+// One FinishDue call ends a whole claim: each entry is removed, moved or
+// left as one call per entry would, whatever the others hold.
+func testDueFinishBatch(t *testing.T, s checkpoint.Store) {
+	if err := s.FinishDue(ctx(t), base); err != nil {
+		t.Fatalf("FinishDue of nothing: %v", err)
+	}
+	ids := []string{"fb-a-late", "fb-b-done", "fb-c-moved", "fb-d-parked"}
+	for _, id := range ids {
+		mustIndexDue(t, s, id, base)
+	}
+	wantClaim(t, s, "fb claim", base, 10, ids...)
+	// Meanwhile the run of fb-d parks again, and fb-a's claim lapses and
+	// another claimer (the first in due order) takes it.
+	mustIndexDue(t, s, "fb-d-parked", base.Add(time.Minute))
+	second := base.Add(lease + time.Millisecond)
+	wantClaim(t, s, "fb-a claimed again", second, 1, "fb-a-late")
+	err := s.FinishDue(ctx(t), base.Add(lease),
+		checkpoint.DueNext{ID: "fb-a-late"}, checkpoint.DueNext{ID: "fb-b-done"},
+		checkpoint.DueNext{ID: "fb-c-moved", Next: base.Add(30 * time.Second)},
+		checkpoint.DueNext{ID: "fb-d-parked"}, checkpoint.DueNext{ID: "fb-never-indexed"})
+	if err != nil {
+		t.Fatalf("FinishDue of a claim: %v", err)
+	}
+	wantClaim(t, s, "fb: the second claim holds, the rest is not due", second.Add(lease/2), 10)
+	wantClaim(t, s, "fb-c moved", base.Add(30*time.Second), 10, "fb-a-late", "fb-c-moved")
+	// fb-a and fb-c come back after the lease of that claim (200ms).
+	wantClaim(t, s, "fb-d's new deadline stands, fb-b is gone", base.Add(time.Minute), 10, "fb-a-late", "fb-c-moved", "fb-d-parked")
+	if err := s.FinishDue(ctx(t), base.Add(time.Minute+lease), checkpoint.DueNext{ID: "fb-a-late"},
+		checkpoint.DueNext{ID: "fb-c-moved"}, checkpoint.DueNext{ID: "fb-d-parked"}); err != nil {
+		t.Fatal(err)
+	}
+	wantClaim(t, s, "fb all finished", base.Add(2*time.Hour), 10)
 }
 
 func testDueLimitAndOrder(t *testing.T, s checkpoint.Store) {
@@ -190,13 +226,13 @@ func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
 	const longLease = time.Minute // outlasts the test: a claim is never handed out twice
 	began := time.Now()
 	claimed, rounds, err := claimConcurrently(t, s, claimers, now, limit, longLease)
-	t.Logf("%d claimers took %v to claim and unindex %d entries (rounds per claimer %v)",
+	t.Logf("%d claimers took %v to claim and finish %d entries (rounds per claimer %v)",
 		claimers, time.Since(began).Round(time.Millisecond), entries, rounds)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantClaimedOnce(t, ids, claimed)
-	// Everything was unindexed: nothing comes back after the leases.
+	// Everything was finished: nothing comes back after the leases.
 	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
 }
 
@@ -225,7 +261,7 @@ func indexConcurrently(t *testing.T, s checkpoint.Store, ids []string) {
 }
 
 // claimConcurrently starts claimers at once, each claiming at now and
-// unindexing what it claimed until nothing is due, and returns what each
+// finishing what it claimed until nothing is due, and returns what each
 // claimed in how many rounds.
 func claimConcurrently(t *testing.T, s checkpoint.Store, claimers int, now time.Time, limit int, claimLease time.Duration) ([][]string, []int, error) {
 	claimed := make([][]string, claimers)
@@ -261,10 +297,12 @@ func claimUntilNoneDue(t *testing.T, s checkpoint.Store, now time.Time, limit in
 		}
 		rounds++
 		claimed = append(claimed, got...)
-		for _, id := range got {
-			if err := s.UnindexDue(ctx(t), id); err != nil {
-				return claimed, rounds, err
-			}
+		done := make([]checkpoint.DueNext, len(got))
+		for i, id := range got {
+			done[i] = checkpoint.DueNext{ID: id}
+		}
+		if err := s.FinishDue(ctx(t), now.Add(claimLease), done...); err != nil {
+			return claimed, rounds, err
 		}
 	}
 }
@@ -293,7 +331,7 @@ func testDueInvalid(t *testing.T, s checkpoint.Store) {
 	for _, id := range []string{"", "a.b", "a*", "a>", "a b", "a{b}", strings.Repeat("x", 129)} {
 		wantErr(t, fmt.Sprintf("IndexDue(%q)", id), s.IndexDue(ctx(t), id, base), checkpoint.ErrNotFound)
 		wantErr(t, fmt.Sprintf("UnindexDue(%q)", id), s.UnindexDue(ctx(t), id), checkpoint.ErrNotFound)
-		wantErr(t, fmt.Sprintf("FinishDue(%q)", id), s.FinishDue(ctx(t), id, base, time.Time{}), checkpoint.ErrNotFound)
+		wantErr(t, fmt.Sprintf("FinishDue(%q)", id), s.FinishDue(ctx(t), base, checkpoint.DueNext{ID: id}), checkpoint.ErrNotFound)
 	}
 	mustIndexDue(t, s, "valid-1", base)
 	for _, tc := range []struct {
@@ -306,4 +344,10 @@ func testDueInvalid(t *testing.T, s checkpoint.Store) {
 	}
 	// Nothing was indexed by the refused calls, and valid-1 was not claimed.
 	wantClaim(t, s, "after invalid calls", base.Add(time.Hour), 100, "valid-1")
+	// A finish with one invalid id among valid ones changes nothing.
+	leaseUntil := base.Add(time.Hour + lease)
+	wantErr(t, "FinishDue of valid-1 and an invalid id",
+		s.FinishDue(ctx(t), leaseUntil, checkpoint.DueNext{ID: "valid-1"}, checkpoint.DueNext{ID: "a.b"}), checkpoint.ErrNotFound)
+	wantClaim(t, s, "valid-1 still claimed", base.Add(time.Hour+lease/2), 100)
+	wantClaim(t, s, "valid-1 back after its lease", leaseUntil.Add(time.Millisecond), 100, "valid-1")
 }

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // dueEntry is the value of due.<R>, times in unix milliseconds. LeaseUntil
@@ -113,14 +116,41 @@ func (s *Store) ClaimDue(ctx context.Context, now time.Time, limit int, lease ti
 	return claimed, nil
 }
 
-// FinishDue moves or removes id's entry if it still holds the lease that
-// ended at leaseUntil: a compare-and-set (or a delete) on the revision
-// read, so a write in between wins (see checkpoint.Store). IndexDue
-// writes no lease, so a lease tells the claim's entry from a later one.
-func (s *Store) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
-	if err := readID(id); err != nil {
-		return fmt.Errorf("finish due: %w", err)
+// finishParallel bounds the entries FinishDue finishes at once.
+const finishParallel = 64
+
+// FinishDue moves or removes each entry of done that still holds the
+// lease that ended at leaseUntil (see checkpoint.Store). A bucket has no
+// batch write: the entries are finished concurrently, each by its own
+// compare-and-set, so a sweep's batch costs a few round trips, not one
+// per run. The errors of the entries that failed are joined.
+func (s *Store) FinishDue(ctx context.Context, leaseUntil time.Time, done ...checkpoint.DueNext) error {
+	for _, d := range done {
+		if err := readID(d.ID); err != nil {
+			return fmt.Errorf("finish due: %w", err)
+		}
 	}
+	errs := make([]error, len(done))
+	slots := make(chan struct{}, finishParallel)
+	var wg sync.WaitGroup
+	for i, d := range done {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			errs[i] = s.finishDue(ctx, d.ID, leaseUntil, d.Next)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// finishDue moves or removes id's entry if it still holds the lease that
+// ended at leaseUntil: a compare-and-set (or a delete) on the revision
+// read, so a write in between wins. IndexDue writes no lease, so a lease
+// tells the claim's entry from a later one.
+func (s *Store) finishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
 	e, err := s.kv.Get(ctx, dueKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
 // The deadline index is one global ZSET, <prefix>:due: member run id, score
@@ -59,18 +61,35 @@ func leaseScore(until time.Time) string {
 	return strconv.FormatInt(until.UnixMilli(), 10) + ".5"
 }
 
-// FinishDue moves or removes id's entry if it still holds the lease that
-// ended at leaseUntil, in one script (see checkpoint.Store).
-func (s *Store) FinishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
-	if err := readID(id); err != nil {
-		return fmt.Errorf("finish due: %w", err)
+// finishChunk bounds the entries of one finishDueScript call: the script
+// holds Redis for its whole run, a few microseconds an entry.
+const finishChunk = 1000
+
+// FinishDue moves or removes each entry of done that still holds the
+// lease that ended at leaseUntil, in one script per finishChunk entries
+// (see checkpoint.Store): a sweep's batch costs one round trip, not one
+// per run.
+func (s *Store) FinishDue(ctx context.Context, leaseUntil time.Time, done ...checkpoint.DueNext) error {
+	for _, d := range done {
+		if err := readID(d.ID); err != nil {
+			return fmt.Errorf("finish due: %w", err)
+		}
 	}
-	to := ""
-	if !next.IsZero() {
-		to = strconv.FormatInt(next.UnixMilli(), 10)
-	}
-	if err := finishDueScript.Run(ctx, s.rdb, []string{s.dueKey()}, id, leaseScore(leaseUntil), to).Err(); err != nil {
-		return fmt.Errorf("finish due %s: %w", id, err)
+	for len(done) > 0 {
+		chunk := done[:min(finishChunk, len(done))]
+		done = done[len(chunk):]
+		args := make([]any, 0, 1+2*len(chunk))
+		args = append(args, leaseScore(leaseUntil))
+		for _, d := range chunk {
+			to := ""
+			if !d.Next.IsZero() {
+				to = strconv.FormatInt(d.Next.UnixMilli(), 10)
+			}
+			args = append(args, d.ID, to)
+		}
+		if err := s.batch.run(ctx, finishDueScript, []string{s.dueKey()}, args...).Err(); err != nil {
+			return fmt.Errorf("finish due (%d entries, first %s): %w", len(chunk), chunk[0].ID, err)
+		}
 	}
 	return nil
 }

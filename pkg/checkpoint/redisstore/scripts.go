@@ -99,17 +99,24 @@ end
 return ids
 `)
 
-// finishDueScript ends a claim: if member ARGV[1] of the deadline index
-// (KEYS[1]) still has the claim's lease score ARGV[2], it is moved to
-// ARGV[3], or removed when ARGV[3] is empty. Reply: 1 when it did, 0 when
-// the entry was written since (or is gone) and was left alone.
+// finishDueScript ends the claims of one ClaimDue: for each pair
+// (ARGV[i], ARGV[i+1]) from ARGV[2] on, if member ARGV[i] of the deadline
+// index (KEYS[1]) still has the claim's lease score ARGV[1], it is moved
+// to ARGV[i+1], or removed when that is empty. Reply: how many it moved
+// or removed; the others were written since (or are gone) and are left.
 var finishDueScript = redis.NewScript(`
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not score or tonumber(score) ~= tonumber(ARGV[2]) then return 0 end
-if ARGV[3] == '' then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-else
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+local lease = tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == lease then
+    if ARGV[i + 1] == '' then
+      redis.call('ZREM', KEYS[1], ARGV[i])
+    else
+      redis.call('ZADD', KEYS[1], ARGV[i + 1], ARGV[i])
+    end
+    n = n + 1
+  end
 end
-return 1
+return n
 `)
