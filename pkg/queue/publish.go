@@ -22,9 +22,7 @@ func StepMessage(m StepMsg, msgID string) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	return msg, nil
+	return &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: msgIDHeader(msgID)}, nil
 }
 
 // StatusMessage is the status event of run as stored at its revision, for
@@ -44,9 +42,13 @@ func eventMessage(workflow, kind, id string, body any) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: EventSubject(workflow, kind), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	return msg, nil
+	return &nats.Msg{Subject: EventSubject(workflow, kind), Data: data, Header: msgIDHeader(id)}, nil
+}
+
+// msgIDHeader is a header of message id id alone. The header's name is
+// in its canonical form already, which Header.Set would make again.
+func msgIDHeader(id string) nats.Header {
+	return nats.Header{jetstream.MsgIDHeader: []string{id}}
 }
 
 // Publication is what became of one message of PublishAll: its PubAck, or
