@@ -277,7 +277,9 @@ func serveStats(in io.Reader, writeLine func(string), parked func() int64) {
 	}
 }
 
-// startCPUProfile profiles the process into path until stop is called.
+// startCPUProfile profiles the process into path until stop is called,
+// which also writes the allocations since the start beside it
+// (<path without .pprof>.allocs.pprof; go tool pprof -sample_index=alloc_space).
 func startCPUProfile(path string) (stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -290,6 +292,10 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() {
 		pprof.StopCPUProfile()
 		_ = f.Close()
+		if a, err := os.Create(strings.TrimSuffix(path, ".pprof") + ".allocs.pprof"); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(a, 0)
+			_ = a.Close()
+		}
 	}, nil
 }
 

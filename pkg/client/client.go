@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -43,8 +44,35 @@ var (
 
 // Client is a handle on a durable deployment.
 type Client struct {
-	js    jetstream.JetStream
-	store checkpoint.Store
+	js        jetstream.JetStream
+	store     checkpoint.Store
+	workflows workflowCache
+}
+
+// workflowsTTL is how long Start trusts the registered workflows it read
+// last: a run starts on its workflow's newest version as registered up to
+// that long before. A workflow not among them is read again at once.
+const workflowsTTL = time.Second
+
+// workflowCache holds the registered workflows last read, so that a
+// client starting many runs reads them once a second, not once per run.
+type workflowCache struct {
+	mu    sync.Mutex
+	at    time.Time
+	infos []checkpoint.WorkflowInfo
+}
+
+// get returns the cached workflows if read less than workflowsTTL ago.
+func (w *workflowCache) get() ([]checkpoint.WorkflowInfo, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.infos, w.infos != nil && time.Since(w.at) < workflowsTTL
+}
+
+func (w *workflowCache) put(infos []checkpoint.WorkflowInfo) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.infos, w.at = infos, time.Now()
 }
 
 // New returns a client over the step stream and the store: those of the
@@ -117,8 +145,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
 	}
 	// The event goes first: the step's own events must follow it.
-	c.statusChanged(ctx, stored)
-	if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
+	if err := c.publishAfterStatus(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
 		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
 	}
 	return stored, true, nil
@@ -155,29 +182,65 @@ func parentNote(p *checkpoint.ParentRef) string {
 }
 
 func (c *Client) workflow(ctx context.Context, name string) (checkpoint.WorkflowInfo, error) {
+	if infos, fresh := c.workflows.get(); fresh {
+		if best, ok := newest(infos, name); ok {
+			return best, nil
+		}
+	}
 	infos, err := c.store.Workflows(ctx)
 	if err != nil {
 		return checkpoint.WorkflowInfo{}, fmt.Errorf("read registered workflows: %w", err)
 	}
-	var best *checkpoint.WorkflowInfo
+	c.workflows.put(infos)
+	if best, ok := newest(infos, name); ok {
+		return best, nil
+	}
 	var names []string
-	for i, in := range infos {
+	for _, in := range infos {
 		names = append(names, in.Name)
+	}
+	sort.Strings(names)
+	return checkpoint.WorkflowInfo{}, fmt.Errorf("workflow %q: %w; workflows registered by workers: %v (a worker registers its workflows when it starts)", name, ErrUnknownWorkflow, dedupe(names))
+}
+
+// newest is the newest version of workflow name among infos.
+func newest(infos []checkpoint.WorkflowInfo, name string) (checkpoint.WorkflowInfo, bool) {
+	var best *checkpoint.WorkflowInfo
+	for i, in := range infos {
 		if in.Name == name && (best == nil || in.Version > best.Version) {
 			best = &infos[i]
 		}
 	}
 	if best == nil {
-		sort.Strings(names)
-		return checkpoint.WorkflowInfo{}, fmt.Errorf("workflow %q: %w; workflows registered by workers: %v (a worker registers its workflows when it starts)", name, ErrUnknownWorkflow, dedupe(names))
+		return checkpoint.WorkflowInfo{}, false
 	}
-	return *best, nil
+	return *best, true
 }
 
 // publish publishes the step at run's cursor under msgID.
 func (c *Client) publish(ctx context.Context, run checkpoint.Run, msgID string) error {
 	_, err := c.publishNew(ctx, run, msgID)
 	return err
+}
+
+// publishAfterStatus publishes run's status event and then the step at
+// its cursor under msgID, together (one write, both PubAcks awaited):
+// the event reaches the server first. As with statusChanged, a lost event
+// is no error; a lost step is.
+func (c *Client) publishAfterStatus(ctx context.Context, run checkpoint.Run, msgID string) error {
+	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+	step, err := queue.StepMessage(m, msgID)
+	if err != nil {
+		return err
+	}
+	status, err := queue.StatusMessage(run)
+	if err != nil {
+		return c.publish(ctx, run, msgID)
+	}
+	if p := queue.PublishAll(ctx, c.js, status, step)[1]; p.Err != nil {
+		return fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), p.Err)
+	}
+	return nil
 }
 
 // publishNew is publish that says whether the stream took the message as

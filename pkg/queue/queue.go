@@ -195,14 +195,12 @@ func EventStreamConfig(c Config) jetstream.StreamConfig {
 
 // PublishEvent publishes a run event, deduplicated by id.
 func PublishEvent(ctx context.Context, js jetstream.JetStream, workflow, kind, id string, body any) error {
-	data, err := json.Marshal(body)
+	msg, err := eventMessage(workflow, kind, id, body)
 	if err != nil {
 		return err
 	}
-	msg := &nats.Msg{Subject: EventSubject(workflow, kind), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("publish %s event %s: %w", kind, id, err)
+	if p := PublishAll(ctx, js, msg)[0]; p.Err != nil {
+		return fmt.Errorf("publish %s event %s: %w", kind, id, p.Err)
 	}
 	return nil
 }
@@ -228,9 +226,14 @@ type StatusEvent struct {
 
 // PublishStatus publishes the status of run as stored at its revision.
 func PublishStatus(ctx context.Context, js jetstream.JetStream, run checkpoint.Run) error {
-	ev := StatusEvent{RunID: run.ID, Workflow: run.Workflow, Status: string(run.Status), Step: run.Step,
-		StepName: run.StepName, Error: run.Error, Rev: run.Rev, At: run.UpdatedAt}
-	return PublishEvent(ctx, js, run.Workflow, string(run.Status), run.ID+":status:"+strconv.FormatUint(run.Rev, 10), ev)
+	msg, err := StatusMessage(run)
+	if err != nil {
+		return err
+	}
+	if p := PublishAll(ctx, js, msg)[0]; p.Err != nil {
+		return fmt.Errorf("publish %s event %s: %w", run.Status, statusID(run), p.Err)
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -307,17 +310,15 @@ func ConsumerConfig(workflow string, ackWait time.Duration, maxAckPending int) j
 // false when a message of that id was published within the stream's
 // duplicate window and this one was dropped.
 func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID string) (bool, error) {
-	data, err := json.Marshal(m)
+	msg, err := StepMessage(m, msgID)
 	if err != nil {
 		return false, err
 	}
-	msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	ack, err := js.PublishMsg(ctx, msg)
-	if err != nil {
-		return false, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), err)
+	p := PublishAll(ctx, js, msg)[0]
+	if p.Err != nil {
+		return false, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), p.Err)
 	}
-	return !ack.Duplicate, nil
+	return !p.Ack.Duplicate, nil
 }
 
 // PublishSteps publishes step messages ms, ms[k] under ids[k], at once
@@ -325,33 +326,21 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID s
 // took as new. On an error some may have been published: publishing them
 // again is deduplicated by id.
 func PublishSteps(ctx context.Context, js jetstream.JetStream, ms []StepMsg, ids []string) (int, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(ms))
-	var errs []error
+	msgs := make([]*nats.Msg, len(ms))
 	for k, m := range ms {
-		data, err := json.Marshal(m)
-		if err != nil {
+		var err error
+		if msgs[k], err = StepMessage(m, ids[k]); err != nil {
 			return 0, err
 		}
-		msg := &nats.Msg{Subject: StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, ids[k])
-		f, err := js.PublishMsgAsync(msg)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), err))
-			break
-		}
-		futures = append(futures, f)
 	}
 	fresh := 0
-	for k, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			if !ack.Duplicate {
-				fresh++
-			}
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("publish step %s:%s: %w", ms[k].RunID, ms[k].Label(), err))
-		case <-ctx.Done():
-			return fresh, fmt.Errorf("publish %d step messages: %w", len(ms), ctx.Err())
+	var errs []error
+	for k, p := range PublishAll(ctx, js, msgs...) {
+		switch {
+		case p.Err != nil:
+			errs = append(errs, fmt.Errorf("publish step %s:%s: %w", ms[k].RunID, ms[k].Label(), p.Err))
+		case !p.Ack.Duplicate:
+			fresh++
 		}
 	}
 	return fresh, errors.Join(errs...)

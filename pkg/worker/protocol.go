@@ -97,8 +97,9 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 
 // adoptable says whether checkpoint cp of the step at run's cursor is that
 // step's result: committed under the run's current resume generation.
-// Stores that write the checkpoint before the run record (JetStream KV)
-// can hold a checkpoint of an attempt whose commit lost to a park; once
+// Stores that write the checkpoint before the run record (JetStream KV on
+// a one-replica file bucket, or a bucket written by an older version) can
+// hold a checkpoint of an attempt whose commit lost to a park; once
 // the run was decided and resumed, that result is stale and the step runs
 // again.
 func adoptable(run checkpoint.Run, cp *checkpoint.Checkpoint) bool {

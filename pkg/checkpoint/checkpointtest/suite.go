@@ -34,7 +34,8 @@ import (
 // contract (the Redis store keeps it).
 type Options struct {
 	// CheckpointFirst: Commit stores the checkpoint, then moves the run, in
-	// two writes (the JetStream KV store). A commit whose run changed after
+	// two writes (the JetStream KV store on a one-replica file bucket, or
+	// when it falls back to two writes). A commit whose run changed after
 	// the caller read it may still store its checkpoint, which is then the
 	// step's result (it was the first writer) if the run is still running
 	// at that step in the checkpoint's generation (Resumes == Gen): Commit

@@ -59,6 +59,16 @@ func (b *batcher) tx(ctx context.Context, commands ...[]any) *redis.Cmd {
 	return b.do(ctx, &scriptCall{multi: commands, done: make(chan struct{})})
 }
 
+// runWith evaluates script as run does and sends command args in the same
+// pipeline (a Cluster client routes each by its key): two writes of
+// different slots for one round trip.
+func (b *batcher) runWith(ctx context.Context, script *redis.Script, keys []string, scriptArgs []any, args ...any) (scriptCmd, cmd *redis.Cmd) {
+	cmds := b.doAll(ctx,
+		&scriptCall{script: script, keys: keys, args: scriptArgs, done: make(chan struct{})},
+		&scriptCall{args: args, done: make(chan struct{})})
+	return cmds[0], cmds[1]
+}
+
 // command runs one plain command, sharing a pipeline with the calls made
 // at the same time (a Cluster client's pipeline routes it by its key).
 func (b *batcher) command(ctx context.Context, args ...any) *redis.Cmd {
@@ -66,28 +76,36 @@ func (b *batcher) command(ctx context.Context, args ...any) *redis.Cmd {
 }
 
 func (b *batcher) do(ctx context.Context, c *scriptCall) *redis.Cmd {
+	return b.doAll(ctx, c)[0]
+}
+
+// doAll queues calls together, so that they share a pipeline when it has
+// room, and returns their replies in order.
+func (b *batcher) doAll(ctx context.Context, calls ...*scriptCall) []*redis.Cmd {
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	if b.flushing >= maxFlushes {
+	b.queue = append(b.queue, calls...)
+	if b.flushing < maxFlushes {
+		b.flushing++
+		batch := b.take()
 		b.mu.Unlock()
+		b.flush(batch)
+		b.next()
+	} else {
+		b.mu.Unlock()
+	}
+	out := make([]*redis.Cmd, len(calls))
+	for k, c := range calls {
 		select {
 		case <-c.done:
-			return c.cmd
+			out[k] = c.cmd
 		case <-ctx.Done():
 			// The call may still run; the caller treats this like a
 			// timeout on the wire.
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(ctx.Err())
-			return cmd
+			out[k] = redis.NewCmd(ctx)
+			out[k].SetErr(ctx.Err())
 		}
 	}
-	b.flushing++
-	batch := b.take()
-	b.mu.Unlock()
-	b.flush(batch)
-	b.next()
-	<-c.done // c was in batch
-	return c.cmd
+	return out
 }
 
 // take removes up to maxPipeline calls from the queue; b.mu is held.

@@ -30,7 +30,12 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, doc).Result()
+	// The run and its index entry are written in one round trip (two
+	// scripts' worth of slots in a Cluster); an existing run's entry is
+	// set back to its own creation time below.
+	create, zadd := s.batch.runWith(ctx, createScript, []string{s.runKey(run.ID)}, []any{doc},
+		"ZADD", s.runsKey(), run.CreatedAt.UnixMilli(), run.ID)
+	res, err := create.Result()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
@@ -46,8 +51,13 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 		}
 		created = false
 	}
-	if err := s.index(ctx, result); err != nil {
-		return result, fmt.Errorf("create run %s: %w (CreateRun again to repair the index)", run.ID, err)
+	if err := zadd.Err(); err != nil {
+		return result, fmt.Errorf("create run %s: index run: %w (CreateRun again to repair the index)", run.ID, err)
+	}
+	if !created {
+		if err := s.index(ctx, result); err != nil {
+			return result, fmt.Errorf("create run %s: %w (CreateRun again to repair the index)", run.ID, err)
+		}
 	}
 	if !created {
 		return result, fmt.Errorf("create run %s: %w", run.ID, checkpoint.ErrRunExists)
