@@ -2,15 +2,12 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
@@ -62,7 +59,7 @@ func (c *Client) ExpireMany(ctx context.Context, ids []string, now time.Time) []
 	events := make([]*nats.Msg, len(es))
 	for i, e := range es {
 		if e.err == nil && e.changed {
-			events[i], _ = statusMessage(e.stored)
+			events[i], _ = queue.StatusMessage(e.stored)
 		}
 	}
 	c.publishAll(ctx, events)
@@ -85,91 +82,27 @@ func (c *Client) ExpireMany(ctx context.Context, ids []string, now time.Time) []
 	return out
 }
 
-// pubAckWait bounds the wait for the PubAcks of publishAll, as the
-// JetStream context's default timeout bounds a synchronous publish: an
-// async publish has no timeout of its own unless the context was made
-// with one.
-const pubAckWait = 5 * time.Second
-
-// publishAll publishes the messages of msgs that are not nil, all at
-// once, and returns when the stream acknowledged each (or refused it, or
-// pubAckWait passed): errs[i] is msgs[i]'s error. A message the async
-// queue has no room for (other publishes of the same JetStream context
-// stalled it) is published on its own instead.
+// publishAll publishes the messages of msgs that are not nil together
+// (queue.PublishAll) and returns when the stream acknowledged each, or
+// refused it, or the wait ran out: errs[i] is msgs[i]'s error.
 func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg) (errs []error) {
-	ctx, cancel := context.WithTimeout(ctx, pubAckWait)
-	defer cancel()
 	errs = make([]error, len(msgs))
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		if m == nil {
-			continue
-		}
-		f, err := c.js.PublishMsgAsync(m)
-		if err == nil {
-			futures[i] = f
-			continue
-		}
-		if _, err = c.js.PublishMsg(ctx, m); err != nil {
-			errs[i] = fmt.Errorf("publish %s: %w", m.Subject, err)
-		}
-	}
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs[i] = fmt.Errorf("publish %s: %w", msgs[i].Subject, err)
-		case <-ctx.Done():
-			errs[i] = fmt.Errorf("publish %s: no PubAck: %w", msgs[i].Subject, ctx.Err())
+	for i, p := range queue.PublishAll(ctx, c.js, msgs...) {
+		if p.Err != nil {
+			errs[i] = fmt.Errorf("publish %s: %w", msgs[i].Subject, p.Err)
 		}
 	}
 	return errs
 }
 
-// The messages below are those queue.PublishStep, queue.PublishEvent and
-// queue.PublishStatus publish, built for an async publish (a test keeps
-// them the same).
-
 // owedMessage is the message o stands for, nil when o owes none.
 func owedMessage(run checkpoint.Run, o owed) (*nats.Msg, error) {
 	switch {
 	case o.stepID != "":
-		return stepMessage(run, o.stepID)
+		m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+		return queue.StepMessage(m, o.stepID)
 	case o.reminder != nil:
-		return eventMessage(run.Workflow, "reminder", o.reminderID, o.reminder)
+		return queue.EventMessage(run.Workflow, "reminder", o.reminderID, o.reminder)
 	}
 	return nil, nil
-}
-
-// stepMessage is the message of the step at run's cursor under msgID.
-func stepMessage(run checkpoint.Run, msgID string) (*nats.Msg, error) {
-	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-	data, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	msg := &nats.Msg{Subject: queue.StepSubject(m.Workflow, m.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	return msg, nil
-}
-
-// eventMessage is a run event of kind, deduplicated by id.
-func eventMessage(workflow, kind, id string, body any) (*nats.Msg, error) {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return nil, err
-	}
-	msg := &nats.Msg{Subject: queue.EventSubject(workflow, kind), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
-	return msg, nil
-}
-
-// statusMessage is the status event of run as stored at its revision.
-func statusMessage(run checkpoint.Run) (*nats.Msg, error) {
-	ev := queue.StatusEvent{RunID: run.ID, Workflow: run.Workflow, Status: string(run.Status), Step: run.Step,
-		StepName: run.StepName, Error: run.Error, Rev: run.Rev, At: run.UpdatedAt}
-	return eventMessage(run.Workflow, string(run.Status), run.ID+":status:"+strconv.FormatUint(run.Rev, 10), ev)
 }

@@ -4,13 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
-	"slices"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -54,56 +49,4 @@ func TestExpireMany(t *testing.T) {
 	if r := f.Get("em-due"); r.Status != checkpoint.StatusRunning || r.Step != 2 || len(r.Approvals) != 1 {
 		t.Errorf("expired run: %s at %d, approvals %+v", r.Status, r.Step, r.Approvals)
 	}
-}
-
-// ExpireMany builds its messages itself, for an async publish: they must
-// be what pkg/queue's publishers send.
-func TestExpireMessagesAreQueues(t *testing.T) {
-	f := testfleet.New(t, "redis")
-	ctx := context.Background()
-	if err := queue.Provision(ctx, f.JS, queue.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	run := checkpoint.Run{ID: "drift-1", Workflow: "drift", Status: checkpoint.StatusRunning, Step: 3, StepName: "pay",
-		Error: "none", Rev: 7, UpdatedAt: time.Now().UTC()}
-	stored := func(stream, subject string) *jetstream.RawStreamMsg {
-		t.Helper()
-		st, err := f.JS.Stream(ctx, stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := st.GetLastMsgForSubject(ctx, subject)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	same := func(what string, got *nats.Msg, err error, want *jetstream.RawStreamMsg) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if got.Subject != want.Subject || string(got.Data) != string(want.Data) || !maps.EqualFunc(got.Header, want.Header, slices.Equal) {
-			t.Errorf("%s built:\n  %s %s %v\nqueue published:\n  %s %s %v", what, got.Subject, got.Data, got.Header, want.Subject, want.Data, want.Header)
-		}
-	}
-
-	if _, err := queue.PublishStep(ctx, f.JS, queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}, "drift-1:3:resume1"); err != nil {
-		t.Fatal(err)
-	}
-	msg, err := client.StepMessage(run, "drift-1:3:resume1")
-	same("step message", msg, err, stored(queue.StepStream, queue.StepSubject(run.Workflow, run.ID)))
-
-	if err := queue.PublishStatus(ctx, f.JS, run); err != nil {
-		t.Fatal(err)
-	}
-	msg, err = client.StatusMessage(run)
-	same("status event", msg, err, stored(queue.EventStream, queue.EventSubject(run.Workflow, string(run.Status))))
-
-	rem := client.Reminder{RunID: run.ID, Workflow: run.Workflow, Step: 3, Group: "g", Left: 1}
-	if err := queue.PublishEvent(ctx, f.JS, run.Workflow, "reminder", "drift-1:3:remind0:1", rem); err != nil {
-		t.Fatal(err)
-	}
-	msg, err = client.EventMessage(run.Workflow, "reminder", "drift-1:3:remind0:1", rem)
-	same("reminder event", msg, err, stored(queue.EventStream, queue.EventSubject(run.Workflow, "reminder")))
 }

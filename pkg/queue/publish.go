@@ -30,14 +30,16 @@ func StepMessage(m StepMsg, msgID string) (*nats.Msg, error) {
 func StatusMessage(run checkpoint.Run) (*nats.Msg, error) {
 	ev := StatusEvent{RunID: run.ID, Workflow: run.Workflow, Status: string(run.Status), Step: run.Step,
 		StepName: run.StepName, Error: run.Error, Rev: run.Rev, At: run.UpdatedAt}
-	return eventMessage(run.Workflow, string(run.Status), statusID(run), ev)
+	return EventMessage(run.Workflow, string(run.Status), statusID(run), ev)
 }
 
 func statusID(run checkpoint.Run) string {
 	return fmt.Sprintf("%s:status:%d", run.ID, run.Rev)
 }
 
-func eventMessage(workflow, kind, id string, body any) (*nats.Msg, error) {
+// EventMessage is a run event of kind with body, for the event stream,
+// deduplicated by id.
+func EventMessage(workflow, kind, id string, body any) (*nats.Msg, error) {
 	data, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -61,18 +63,20 @@ type Publication struct {
 // PublishAll publishes msgs in their order without waiting between them
 // (JetStream's asynchronous publish: the connection writes them together),
 // then waits for every PubAck, up to PublishTimeout when ctx has no
-// deadline. The k-th Publication is msgs[k]'s. Messages on one connection
-// reach the server in order, so a message that must be stored before
-// another goes first.
+// deadline. The k-th Publication is msgs[k]'s; a nil message is skipped
+// (its Publication is empty). Messages on one connection reach the server
+// in order, so a message that must be stored before another goes first.
+// A message the asynchronous queue has no room for (other publishes on
+// the same JetStream context stalled it) is published on its own.
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs ...*nats.Msg) []Publication {
 	out := make([]Publication, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for k, msg := range msgs {
+		if msg == nil {
+			continue
+		}
 		if futures[k], out[k].Err = js.PublishMsgAsync(msg); out[k].Err != nil {
-			for j := k + 1; j < len(msgs); j++ {
-				out[j].Err = fmt.Errorf("not published after an earlier message failed: %w", out[k].Err)
-			}
-			break
+			out[k].Ack, out[k].Err = js.PublishMsg(ctx, msg)
 		}
 	}
 	// A plain timer, not context.WithTimeout: a derived context registers

@@ -195,7 +195,7 @@ func EventStreamConfig(c Config) jetstream.StreamConfig {
 
 // PublishEvent publishes a run event, deduplicated by id.
 func PublishEvent(ctx context.Context, js jetstream.JetStream, workflow, kind, id string, body any) error {
-	msg, err := eventMessage(workflow, kind, id, body)
+	msg, err := EventMessage(workflow, kind, id, body)
 	if err != nil {
 		return err
 	}

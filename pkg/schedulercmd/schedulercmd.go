@@ -88,7 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between sweeps of the deadline index")
 	fs.DurationVar(&o.stuck, "stuck-after", 5*time.Minute, "re-publish the step of a running run with no progress for this long")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
-	fs.IntVar(&o.parallel, "parallel", 32, "expired waits handled at once")
+	fs.IntVar(&o.parallel, "parallel", 1024, "expired waits handled at once, in claims of up to 256")
 	fs.DurationVar(&o.retention, "blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
 	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")

@@ -24,6 +24,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // Conn holds the connection settings every durable process shares: the
@@ -282,7 +283,10 @@ func (c *Conn) Open(ctx context.Context, name string, log zerolog.Logger) (*Sess
 	_, tlsErr := nc.TLSConnectionState()
 	log.Info().Str("url", nc.ConnectedUrlRedacted()).Str("auth", c.natsAuthKind()).Bool("tls", tlsErr == nil).Msg("connected to NATS")
 	s := &Session{NATS: nc, closed: closed}
-	if s.JetStream, err = jetstream.New(nc); err != nil {
+	// Async publishes (queue.PublishAll) wait at most queue.PublishTimeout
+	// for their PubAcks; the same timeout here lets nats.go forget one that
+	// never comes, instead of keeping it until the connection closes.
+	if s.JetStream, err = jetstream.New(nc, jetstream.WithPublishAsyncTimeout(queue.PublishTimeout)); err != nil {
 		s.Close()
 		return nil, err
 	}
