@@ -77,7 +77,9 @@ func (w *workflowCache) put(infos []checkpoint.WorkflowInfo) {
 
 // New returns a client over the step stream and the store: those of the
 // workers, e.g. the JetStream and Store of a pkg/service Session opened with
-// the same --nats and --redis settings.
+// the same --nats and --redis settings. A JetStream of your own should be
+// made with jetstream.WithPublishAsyncTimeout(queue.PublishTimeout): the
+// client publishes asynchronously and awaits the PubAcks (queue.PublishAll).
 func New(js jetstream.JetStream, store checkpoint.Store) *Client {
 	return &Client{js: js, store: store}
 }
@@ -223,24 +225,16 @@ func (c *Client) publish(ctx context.Context, run checkpoint.Run, msgID string) 
 	return err
 }
 
-// publishAfterStatus publishes run's status event and then the step at
-// its cursor under msgID, together (one write, both PubAcks awaited):
-// the event reaches the server first. As with statusChanged, a lost event
-// is no error; a lost step is.
+// publishAfterStatus publishes run's status event, then the step at its
+// cursor under msgID once the event is stored (or refused): the step's own
+// events must follow it, and streams store what one connection sends
+// independently. As with statusChanged, a lost event is no error; a lost
+// step is.
 func (c *Client) publishAfterStatus(ctx context.Context, run checkpoint.Run, msgID string) error {
-	m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-	step, err := queue.StepMessage(m, msgID)
-	if err != nil {
-		return err
+	if status, err := queue.StatusMessage(run); err == nil {
+		queue.PublishAll(ctx, c.js, status)
 	}
-	status, err := queue.StatusMessage(run)
-	if err != nil {
-		return c.publish(ctx, run, msgID)
-	}
-	if p := queue.PublishAll(ctx, c.js, status, step)[1]; p.Err != nil {
-		return fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), p.Err)
-	}
-	return nil
+	return c.publish(ctx, run, msgID)
 }
 
 // publishNew is publish that says whether the stream took the message as

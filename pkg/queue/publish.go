@@ -53,6 +53,14 @@ func msgIDHeader(id string) nats.Header {
 	return nats.Header{jetstream.MsgIDHeader: []string{id}}
 }
 
+// expired is a channel that is always ready: the timeout of PublishAll
+// once its timer has fired.
+var expired = func() chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
 // Publication is what became of one message of PublishAll: its PubAck, or
 // why there is none.
 type Publication struct {
@@ -64,10 +72,13 @@ type Publication struct {
 // (JetStream's asynchronous publish: the connection writes them together),
 // then waits for every PubAck, up to PublishTimeout when ctx has no
 // deadline. The k-th Publication is msgs[k]'s; a nil message is skipped
-// (its Publication is empty). Messages on one connection reach the server
-// in order, so a message that must be stored before another goes first.
-// A message the asynchronous queue has no room for (other publishes on
-// the same JetStream context stalled it) is published on its own.
+// (its Publication is empty). The messages are sent in order, but streams
+// store them independently: a message that must be stored before another
+// is published, and its PubAck awaited, first. A message the asynchronous
+// queue has no room for (other publishes on the same JetStream context
+// stalled it) is published on its own. Give the JetStream context
+// jetstream.WithPublishAsyncTimeout (pkg/service does): without it nats.go
+// keeps a PubAck that never comes pending until the connection closes.
 func PublishAll(ctx context.Context, js jetstream.JetStream, msgs ...*nats.Msg) []Publication {
 	out := make([]Publication, len(msgs))
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -98,6 +109,7 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, msgs ...*nats.Msg) 
 			out[k].Err = fmt.Errorf("no PubAck: %w", ctx.Err())
 		case <-timeout:
 			out[k].Err = fmt.Errorf("no PubAck within %s: %w", PublishTimeout, context.DeadlineExceeded)
+			timeout = expired // a timer fires once: the later waits end now too
 		}
 	}
 	return out

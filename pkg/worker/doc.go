@@ -7,7 +7,7 @@
 // package directly to embed a worker in a program that connects by itself:
 //
 //	nc, _ := nats.Connect(os.Getenv("DURABLE_NATS_URL"))
-//	js, _ := jetstream.New(nc)
+//	js, _ := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(queue.PublishTimeout))
 //	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
 //	w, err := worker.New(worker.Config{
 //		JetStream:   js,

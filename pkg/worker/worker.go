@@ -21,7 +21,10 @@ import (
 
 // Config configures a worker. Zero values take the defaults documented.
 type Config struct {
-	// JetStream connection. Required.
+	// JetStream connection. Required. Make it with
+	// jetstream.WithPublishAsyncTimeout(queue.PublishTimeout), as
+	// pkg/service does: the worker publishes asynchronously and awaits the
+	// PubAcks, and nats.go forgets one that never comes only with it.
 	JetStream jetstream.JetStream
 	// Store holds checkpoints and runs. Required.
 	Store checkpoint.Store

@@ -31,10 +31,12 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
 	// The run and its index entry are written in one round trip (two
-	// scripts' worth of slots in a Cluster); an existing run's entry is
-	// set back to its own creation time below.
+	// slots in a Cluster). NX keeps an existing run's entry as it is; an
+	// existing run that was not indexed yet is set to its own creation
+	// time below. In a Cluster the entry may be written while the create
+	// fails: listing skips ids without a run.
 	create, zadd := s.batch.runWith(ctx, createScript, []string{s.runKey(run.ID)}, []any{doc},
-		"ZADD", s.runsKey(), run.CreatedAt.UnixMilli(), run.ID)
+		"ZADD", s.runsKey(), "NX", run.CreatedAt.UnixMilli(), run.ID)
 	res, err := create.Result()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
