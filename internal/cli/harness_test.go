@@ -69,14 +69,17 @@ type env struct {
 
 func newEnv(t *testing.T, kind string) *env {
 	t.Helper()
-	// The claim workflow's idle keep-alive connections to the payments API
-	// would otherwise outlive the test.
-	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
 	de, err := devenv.Start(devenv.Config{Dir: t.TempDir(), NATSPort: -1, HTTPAddr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("devenv: %v", err)
 	}
 	t.Cleanup(func() {
+		// The workers' idle keep-alive connections to the payments API
+		// first: one dialed for a request that was cancelled never sent a
+		// request, and the server's Shutdown waits 5 s for such a
+		// connection before it counts as idle (the close then ran out of
+		// time under load).
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 		if err := de.Close(); err != nil {
 			t.Errorf("devenv close: %v", err)
 		}
