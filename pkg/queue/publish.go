@@ -102,6 +102,15 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, msgs ...*nats.Msg) 
 		if f == nil {
 			continue
 		}
+		// What has arrived counts first: once the timer fired, the
+		// timeout case below is always ready and a select picks at random.
+		select {
+		case out[k].Ack = <-f.Ok():
+			continue
+		case out[k].Err = <-f.Err():
+			continue
+		default:
+		}
 		select {
 		case out[k].Ack = <-f.Ok():
 		case out[k].Err = <-f.Err():

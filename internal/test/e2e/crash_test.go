@@ -60,7 +60,7 @@ func TestCrashAtEveryBoundary(t *testing.T) {
 					t.Fatal(err)
 				}
 				f.drive([]string{id}, 2*time.Minute, nil)
-				if got := f.killCount(); got != i+2 {
+				if got := f.waitKills(i+2, 10*time.Second); got != i+2 {
 					t.Errorf("after %s: %d workers killed, want %d", id, got, i+2)
 				}
 			}

@@ -180,6 +180,19 @@ func (f *fleet) killCount() int {
 	return f.kills
 }
 
+// waitKills waits up to timeout for want workers to have been killed and
+// returns how many were.
+func (f *fleet) waitKills(want int, timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := f.killCount()
+		if got >= want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // killHung SIGKILLs the worker whose log says it hangs in run:step and
 // returns whether one was found.
 func (f *fleet) killHung(run string, step int) bool {
