@@ -176,25 +176,7 @@ func TestBatchCommitOnOlderData(t *testing.T) {
 	}
 
 	// A delete marker on the checkpoint key.
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, "cp.marked-1.1", []byte(`{"step":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Delete(ctx, "cp.marked-1.1"); err != nil {
-		t.Fatal(err)
-	}
-	run, err = s.CreateRun(ctx, checkpoint.Run{ID: "marked-1", Status: checkpoint.StatusRunning, Step: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	next, cp = step1(run, "real")
-	if _, err := s.Commit(ctx, next, cp); err != nil {
-		t.Fatalf("Commit over a delete marker: %v", err)
-	}
-	mustCheckpoint(ctx, t, s, "marked-1", 1, `{"by":"real"}`)
+	commitOverDeleteMarker(ctx, t, js, s, bucket)
 }
 
 // A bucket made without allow_atomic (by an older version, or the KV

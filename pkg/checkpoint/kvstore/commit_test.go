@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 )
@@ -225,6 +227,14 @@ func TestCommitOverDeleteMarker(t *testing.T) {
 	js := connect(t)
 	ctx := testCtx(t)
 	s, bucket := newStore(t, js)
+	commitOverDeleteMarker(ctx, t, js, s, bucket)
+}
+
+// commitOverDeleteMarker leaves a delete marker on run marked-1's
+// checkpoint key in bucket, then checks that s's Load reads through it and
+// its Commit writes over it.
+func commitOverDeleteMarker(ctx context.Context, t *testing.T, js jetstream.JetStream, s *kvstore.Store, bucket string) {
+	t.Helper()
 	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
