@@ -47,24 +47,8 @@ type Reminder struct {
 // that message again, under the same id. ExpireMany does the same for
 // many runs at once.
 func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireResult, error) {
-	e := c.applyExpiry(ctx, id, now)
-	if e.err != nil {
-		return e.res, e.err
-	}
-	if e.changed {
-		c.statusChanged(ctx, e.stored) // before the resumed step's own events
-	}
-	if e.owed.stepID != "" {
-		if err := c.publish(ctx, e.stored, e.owed.stepID); err != nil {
-			return e.res, err
-		}
-	}
-	if r := e.owed.reminder; r != nil {
-		if err := queue.PublishEvent(ctx, c.js, r.Workflow, "reminder", e.owed.reminderID, r); err != nil {
-			return e.res, err
-		}
-	}
-	return e.res, nil
+	o := c.ExpireMany(ctx, []string{id}, now)[0]
+	return o.ExpireResult, o.Err
 }
 
 // owed is what an expiry owes the world once the run record holds it.
