@@ -2,10 +2,10 @@ package queue
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,8 +17,10 @@ import (
 const PublishTimeout = 5 * time.Second
 
 // StepMessage is step message m for the step stream, under message id msgID.
+// Bodies are encoded with github.com/go-json-experiment/json/v1:
+// encoding/json's output, byte for byte, faster.
 func StepMessage(m StepMsg, msgID string) (*nats.Msg, error) {
-	data, err := json.Marshal(m)
+	data, err := jsonv1.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +42,7 @@ func statusID(run checkpoint.Run) string {
 // EventMessage is a run event of kind with body, for the event stream,
 // deduplicated by id.
 func EventMessage(workflow, kind, id string, body any) (*nats.Msg, error) {
-	data, err := json.Marshal(body)
+	data, err := jsonv1.Marshal(body)
 	if err != nil {
 		return nil, err
 	}

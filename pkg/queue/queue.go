@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	jsonv1 "github.com/go-json-experiment/json/v1"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -115,8 +116,15 @@ var ErrMalformed = errors.New("malformed step message")
 // DecodeStep decodes and validates a step message received on subject.
 func DecodeStep(subject string, data []byte) (StepMsg, error) {
 	var m StepMsg
-	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("%w: %v", ErrMalformed, err)
+	// Every delivery decodes its message: the v2 engine's v1 semantics
+	// (github.com/go-json-experiment/json/v1) are twice as fast, and a
+	// message they refuse is decoded again by encoding/json, whose error
+	// the on-call reads in the log.
+	if jsonv1.Unmarshal(data, &m) != nil {
+		m = StepMsg{}
+		if err := json.Unmarshal(data, &m); err != nil {
+			return m, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
 	}
 	if err := ValidateRunID(m.RunID); err != nil {
 		return m, fmt.Errorf("%w: %v", ErrMalformed, err)

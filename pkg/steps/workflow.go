@@ -185,7 +185,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 	case first && w.init != nil:
 		st, err = w.init(state)
 	case len(state) > 0 && string(state) != "null":
-		err = json.Unmarshal(state, &st)
+		err = decodeState(state, &st)
 	}
 	if err != nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: %w: %w", w.name, name, ErrBadState, err))
@@ -227,7 +227,7 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		}
 		return Result{Kind: KindWait, Wait: out.wait}, nil
 	}
-	enc, err := json.Marshal(out.state)
+	enc, err := encodeState(out.state)
 	if err != nil {
 		return Result{}, Permanent(fmt.Errorf("workflow %s step %s: encode state: %w", w.name, name, err))
 	}
