@@ -293,6 +293,11 @@ func TestParked(t *testing.T) {
 	if p.ParkCPU.Worker <= 0 || p.ParkCPU.Bench <= 0 || p.SweepCPU.Bench <= 0 {
 		t.Errorf("CPU while parking %+v, while sweeping %+v", p.ParkCPU, p.SweepCPU)
 	}
+	// Each expired wait is read and written once (at least: a conflict
+	// reads again) and owes a status event and its resumed step.
+	if c := p.PerWait; c == nil || c.RedisByCommand["evalsha"] < 1 || c.RedisByCommand["hmget"] < 1 || c.NATSInMsgs < 2 {
+		t.Errorf("cost of one expired wait %+v, want at least one script, one read and two messages", c)
+	}
 	if p.PhaseSeconds < p.ParkSeconds+p.SweepSeconds {
 		t.Errorf("phase %.1fs, shorter than parking %.1fs and sweeping %.1fs", p.PhaseSeconds, p.ParkSeconds, p.SweepSeconds)
 	}
@@ -303,7 +308,7 @@ func TestParked(t *testing.T) {
 	}
 	t.Logf("progress:\n%s\nreport:%s", progress.String(), text.String())
 	for _, want := range []string{"worker RSS, idle -> 2000 parked", "within 10% of idle", "worker goroutines", "must not grow",
-		"Redis memory per parked run", "<= 2048 B", "sweep of 2000 expired waits", "< 20s", "runs/s"} {
+		"Redis memory per parked run", "<= 2048 B", "sweep of 2000 expired waits", "< 20s", "runs/s", "cost of one expired wait"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("report has no %q", want)
 		}

@@ -82,6 +82,10 @@ type ParkedResult struct {
 	// scheduler and nats-server), and redis-server.
 	ParkCPU  CPUSeconds `json:"park_cpu_s"`
 	SweepCPU CPUSeconds `json:"sweep_cpu_s"`
+	// PerWait is what one expired wait cost the servers during the sweep
+	// (the scheduler's reads and writes, the messages it published, and
+	// its claims of the deadline index).
+	PerWait *StepCost `json:"sweep_per_wait,omitempty"`
 	// The worker process cold (after setup), idle (after a warm-up of
 	// parkWarmupRuns parked runs) and with the N runs parked more: RSS
 	// as it is, then after a GC that returns freed memory to the OS (the
@@ -407,7 +411,7 @@ func (s *sweepRun) stats() (st scheduler.Stats) {
 func (b *Bench) runSweep(ctx context.Context, s *sweepRun, res *ParkedResult) error {
 	b.progress.begin(s.label+" sweep", s.n)
 	sctx, cancel := context.WithCancel(ctx)
-	cpuBefore := b.cpu(0)
+	cpuBefore, costBefore := b.cpu(0), b.costSample(ctx)
 	began := time.Now()
 	stopped := make(chan error, len(s.schs))
 	for _, sch := range s.schs {
@@ -439,6 +443,8 @@ func (b *Bench) runSweep(ctx context.Context, s *sweepRun, res *ParkedResult) er
 			if st.Rejected >= int64(s.n) {
 				res.SweepSeconds = now.Sub(began).Seconds()
 				res.SweepCPU = b.cpu(0).since(cpuBefore)
+				perWait := b.costSample(ctx).perStep(costBefore, s.n)
+				res.PerWait = &perWait
 				if d := res.SweepSeconds - res.FirstExpirySeconds; d > 0 {
 					res.ExpiredPerS = float64(s.n) / d
 				}
@@ -561,6 +567,10 @@ func (p *ParkedResult) writeText(b *strings.Builder) error {
 	fmt.Fprintf(tw, "all parked after\t%.1f s, %.0f runs/s\t\t\t\n", p.ParkSeconds, p.ParksPerS)
 	fmt.Fprintf(tw, "CPU s while parking\tworker %.1f, redis-server %.1f, bench process %.1f\t\t\t\n", p.ParkCPU.Worker, p.ParkCPU.Redis, p.ParkCPU.Bench)
 	fmt.Fprintf(tw, "CPU s while sweeping\tscheduler + nats-server %.1f, redis-server %.1f\t\t\t\n", p.SweepCPU.Bench, p.SweepCPU.Redis)
+	if c := p.PerWait; c != nil {
+		fmt.Fprintf(tw, "cost of one expired wait\tredis %.2f cmds (%s), %.0f B in; nats %.2f msgs in, %.0f B in\t\t\t\n",
+			c.RedisCommands, byCommand(c.RedisByCommand), c.RedisNetInBytes, c.NATSInMsgs, c.NATSInBytes)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
