@@ -78,7 +78,7 @@ type fleetSnapshot struct {
 	threshold map[stepKey]float64
 	pastTTL   map[[2]string]int // workflow, kind
 	dlq       float64
-	hasDLQ    bool
+	jsScanned bool // dlq and consumers were read
 	consumers map[string]jetstream.ConsumerInfo
 }
 
@@ -158,10 +158,15 @@ func (f *Fleet) Scan(ctx context.Context) error {
 	}
 	s := &fleetSnapshot{at: now, runs: map[string]map[checkpoint.Status]int{}, stuck: map[stepKey]int{},
 		oldest: map[stepKey]float64{}, threshold: map[stepKey]float64{}, pastTTL: map[[2]string]int{}}
+	// Every registered workflow and step has its series, at zero while
+	// nothing is there: a dashboard shows 0, not "no data", and an alert
+	// on the series sees it go from 0 to 1.
+	var steps []stepKey
 	if wfs, err := store.Workflows(ctx); err == nil {
 		for _, w := range wfs {
-			if s.runs[w.Name] == nil {
-				s.runs[w.Name] = map[checkpoint.Status]int{}
+			s.runs[w.Name] = map[checkpoint.Status]int{}
+			for _, step := range w.Steps {
+				steps = append(steps, stepKey{w.Name, step})
 			}
 		}
 	}
@@ -187,6 +192,10 @@ func (f *Fleet) Scan(ctx context.Context) error {
 	}
 	f.sampleDurations(ctx, store, running)
 	f.mu.Lock()
+	for _, k := range steps {
+		s.oldest[k] = 0
+		s.threshold[k] = f.thresholdLocked(k).Seconds()
+	}
 	for _, r := range running {
 		k := stepKey{r.Workflow, r.StepName}
 		age := now.Sub(r.UpdatedAt)
@@ -202,6 +211,13 @@ func (f *Fleet) Scan(ctx context.Context) error {
 		if err := f.scanJetStream(ctx, js, s); err != nil {
 			f.scanErrs.Inc()
 			return err
+		}
+		// A registered workflow's consumer not created yet holds nothing.
+		for wf := range s.runs {
+			name := queue.ConsumerName(wf)
+			if _, ok := s.consumers[name]; !ok {
+				s.consumers[name] = jetstream.ConsumerInfo{Name: name}
+			}
 		}
 	}
 	s.took = time.Since(began)
@@ -226,6 +242,8 @@ func (f *Fleet) scanJetStream(ctx context.Context, js jetstream.JetStream, s *fl
 			return err
 		}
 	}
+	// No dead-letter stream yet: no dead letters (the gauge says 0).
+	s.jsScanned = true
 	dlq, err := js.Stream(ctx, queue.DLQStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -233,7 +251,7 @@ func (f *Fleet) scanJetStream(ctx context.Context, js jetstream.JetStream, s *fl
 	if err != nil {
 		return err
 	}
-	s.dlq, s.hasDLQ = float64(dlq.CachedInfo().State.Msgs), true
+	s.dlq = float64(dlq.CachedInfo().State.Msgs)
 	return nil
 }
 
@@ -342,7 +360,7 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 		gauge(descThreshold, s.threshold[k], k.workflow, k.step)
 		gauge(descStuck, float64(s.stuck[k]), k.workflow, k.step)
 	}
-	if s.hasDLQ {
+	if s.jsScanned {
 		gauge(descDLQ, s.dlq)
 	}
 	for name, c := range s.consumers {

@@ -220,7 +220,7 @@ func TestScenarioMetrics(t *testing.T) {
 	s.want(t, `durable_scheduler_expired_waits_total{action="rejected"}`, 1)
 	s.want(t, `durable_scheduler_repairs_total{kind="stuck"}`, 1)
 	s.want(t, `durable_waits_past_ttl{kind="approval",workflow="claim"}`, 0)
-	s.absent(t, `durable_runs_stuck{step="receive",workflow="claim"}`)
+	s.want(t, `durable_runs_stuck{step="receive",workflow="claim"}`, 0)
 	s.want(t, `durable_runs{status="completed",workflow="claim"}`, 3)
 
 	// 5. Worker B's own counters.
