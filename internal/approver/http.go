@@ -96,8 +96,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/api/approvals/{run}", s.method(http.MethodGet, s.handleGet))
 	mux.HandleFunc("/api/approvals/{run}/{action}", s.method(http.MethodPost, s.handleDecide))
 	mux.HandleFunc("/api/runs/{run}/signals/{name}", s.method(http.MethodPost, s.handleSignal))
+	mux.HandleFunc("/api/runs", s.method(http.MethodGet, s.handleRuns))
+	mux.HandleFunc("/api/runs/{run}", s.method(http.MethodGet, s.handleRun))
+	mux.HandleFunc("/api/runs/{run}/{action}", s.method(http.MethodPost, s.handleRunAction))
+	mux.HandleFunc("/api/dlq", s.method(http.MethodGet, s.handleDLQ))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: the API is GET /api/approvals, GET /api/approvals/{run}, POST /api/approvals/{run}/approve and POST /api/approvals/{run}/reject")
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: the API is GET /api/approvals, GET /api/approvals/{run}, POST /api/approvals/{run}/approve and /reject, "+
+			"POST /api/runs/{run}/signals/{name}, GET /api/runs, GET /api/runs/{run}, POST /api/runs/{run}/cancel and /redrive, GET /api/dlq")
 	})
 	mux.HandleFunc("/healthz", s.method(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})

@@ -219,6 +219,7 @@ const (
 	AuditRedriven  = "redriven"  // an operator put a dead run back to work
 	AuditChildren  = "children"  // every child run ended; the run resumed
 	AuditSignal    = "signal"    // a signal was delivered
+	AuditCancelled = "cancelled" // someone cancelled the run
 )
 
 // AuditEntry is one recorded event of a run's waits.

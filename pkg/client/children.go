@@ -47,7 +47,7 @@ func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp ch
 		return fmt.Errorf("parent %s: %w", parent.ID, err)
 	}
 	if now.Status == checkpoint.StatusCancelled {
-		return c.cancelChildren(ctx, now, "the cancel of "+parent.ID)
+		return c.cancelChildren(ctx, now, "the cancel of "+parent.ID, cancelAction(now))
 	}
 	_, err = c.ResumeParent(ctx, parent.ID)
 	return err
@@ -145,10 +145,21 @@ func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([
 	return out, nil
 }
 
+// cancelAction is the action of run's cancel as its audit recorded it.
+func cancelAction(run checkpoint.Run) action {
+	a := action{channel: ChannelCLI}
+	for _, e := range run.Audit {
+		if e.Kind == checkpoint.AuditCancelled {
+			a.channel = e.Channel
+		}
+	}
+	return a
+}
+
 // cancelChildren cancels the children of run that have not ended, when
 // run waits (or waited, until it was cancelled) for child runs at its
 // cursor.
-func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by string) error {
+func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by string, a action) error {
 	if run.Step < 2 {
 		return nil
 	}
@@ -170,7 +181,7 @@ func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by stri
 		if child.Status.Terminal() && child.Status != checkpoint.StatusCancelled {
 			continue
 		}
-		if _, err := c.Cancel(ctx, ch.ID, by+" (parent "+run.ID+" cancelled)"); err != nil && !errors.Is(err, ErrNotActive) {
+		if _, err := c.Cancel(ctx, ch.ID, by+" (parent "+run.ID+" cancelled)", Via(a.channel)); err != nil && !errors.Is(err, ErrNotActive) {
 			return err
 		}
 	}

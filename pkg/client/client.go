@@ -361,9 +361,30 @@ func (c *Client) republishResume(ctx context.Context, run checkpoint.Run) {
 	_ = c.publish(ctx, run, resumeID(run))
 }
 
-// Cancel stops a running or waiting run. A step in flight is discarded at
+// ActionOption qualifies an operator's action (Cancel, Redrive).
+type ActionOption func(*action)
+
+type action struct{ channel string }
+
+// Via records the channel the action came through (ChannelAPI,
+// ChannelPage, ...) in the run's audit. Default ChannelCLI.
+func Via(channel string) ActionOption {
+	return func(a *action) { a.channel = channel }
+}
+
+func actionOf(opts []ActionOption) action {
+	a := action{channel: ChannelCLI}
+	for _, o := range opts {
+		o(&a)
+	}
+	return a
+}
+
+// Cancel stops a running or waiting run and records who cancelled it, and
+// through which channel, in its audit. A step in flight is discarded at
 // its commit.
-func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, error) {
+func (c *Client) Cancel(ctx context.Context, id, by string, opts ...ActionOption) (checkpoint.Run, error) {
+	a := actionOf(opts)
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
@@ -372,7 +393,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 		if run.Status.Terminal() {
 			if run.Status == checkpoint.StatusCancelled {
 				// A cascade cut short by a crash is finished by cancelling again.
-				if err := c.cancelChildren(ctx, run, by); err != nil {
+				if err := c.cancelChildren(ctx, run, by, a); err != nil {
 					return run, err
 				}
 			}
@@ -381,6 +402,9 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 		next := run
 		next.Status, next.Wait, next.UpdatedAt = checkpoint.StatusCancelled, nil, time.Now().UTC()
 		next.Error = "cancelled by " + by
+		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
+			Kind: checkpoint.AuditCancelled, Step: run.Step, At: next.UpdatedAt, By: by, Channel: a.channel,
+		})
 		stored, err := c.store.UpdateRun(ctx, next)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
@@ -389,7 +413,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string) (checkpoint.Run, err
 			return stored, err
 		}
 		c.statusChanged(ctx, stored)
-		cascade := c.cancelChildren(ctx, stored, by)
+		cascade := c.cancelChildren(ctx, stored, by, a)
 		return stored, errors.Join(cascade, c.ChildEnded(ctx, stored))
 	}
 }

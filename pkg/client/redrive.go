@@ -18,7 +18,8 @@ var ErrNotDead = errors.New("run is not dead")
 // Redrive puts a dead run back to work at the step it died in, with a fresh
 // set of attempts. Completed steps are not run again and journaled calls
 // are replayed, so effects already made are not made twice.
-func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, error) {
+func (c *Client) Redrive(ctx context.Context, id, by string, opts ...ActionOption) (checkpoint.Run, error) {
+	a := actionOf(opts)
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
@@ -32,7 +33,7 @@ func (c *Client) Redrive(ctx context.Context, id, by string) (checkpoint.Run, er
 		next.Status, next.UpdatedAt = checkpoint.StatusRunning, now
 		next.Redrives++
 		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: by, Channel: ChannelCLI, Reason: "was dead: " + run.Error,
+			Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: by, Channel: a.channel, Reason: "was dead: " + run.Error,
 		})
 		next.Error, next.FailedBranch = "", 0
 		stored, err := c.store.UpdateRun(ctx, next)

@@ -319,10 +319,3 @@ func (s samples) want(t *testing.T, series string, v float64) {
 		t.Errorf("%s = %v, want %v", series, got, v)
 	}
 }
-
-func (s samples) absent(t *testing.T, series string) {
-	t.Helper()
-	if v, ok := s[series]; ok && v != 0 {
-		t.Errorf("%s = %v, want 0 or absent", series, v)
-	}
-}
