@@ -112,6 +112,9 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle("/metrics", s.cfg.Metrics)
 	}
 	mux.HandleFunc("/{$}", s.method(http.MethodGet, s.handlePage))
+	mux.HandleFunc("/runs", s.method(http.MethodGet, s.handleRunsPage))
+	mux.HandleFunc("/runs/{run}", s.method(http.MethodGet, s.handleRunsPage))
+	mux.HandleFunc("/dlq", s.method(http.MethodGet, s.handleRunsPage))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")

@@ -15,13 +15,27 @@ import (
 //go:embed inbox.html
 var inboxHTML []byte
 
-// inboxCSP allows exactly the page's own inline script and style (by
-// hash) and requests to this origin: injected markup could run nothing.
-var inboxCSP = func() string {
+// runsHTML is the on-call's page, served at /runs, /runs/{run} and /dlq:
+// one file that reads its view from the path and renders what the runs
+// API answers, with textContent only (inputs and payloads may hold model
+// output).
+//
+//go:embed runs.html
+var runsHTML []byte
+
+// inboxCSP and runsCSP allow exactly the page's own inline script and
+// style (by hash) and requests to this origin: injected markup could run
+// nothing.
+var (
+	inboxCSP = pageCSP(inboxHTML)
+	runsCSP  = pageCSP(runsHTML)
+)
+
+func pageCSP(page []byte) string {
 	hashes := func(tag string) string {
 		re := regexp.MustCompile(`(?s)<` + tag + `>(.*?)</` + tag + `>`)
 		var out []string
-		for _, m := range re.FindAllSubmatch(inboxHTML, -1) {
+		for _, m := range re.FindAllSubmatch(page, -1) {
 			sum := sha256.Sum256(m[1])
 			out = append(out, "'sha256-"+base64.StdEncoding.EncodeToString(sum[:])+"'")
 		}
@@ -29,11 +43,19 @@ var inboxCSP = func() string {
 	}
 	return "default-src 'none'; script-src " + hashes("script") + "; style-src " + hashes("style") +
 		"; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-}()
+}
 
 func (s *Server) handlePage(w http.ResponseWriter, _ *http.Request) {
+	writePage(w, inboxHTML, inboxCSP)
+}
+
+func (s *Server) handleRunsPage(w http.ResponseWriter, _ *http.Request) {
+	writePage(w, runsHTML, runsCSP)
+}
+
+func writePage(w http.ResponseWriter, page []byte, csp string) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", inboxCSP)
-	_, _ = w.Write(inboxHTML)
+	h.Set("Content-Security-Policy", csp)
+	_, _ = w.Write(page)
 }
