@@ -212,13 +212,6 @@ func (f *Fleet) Scan(ctx context.Context) error {
 			f.scanErrs.Inc()
 			return err
 		}
-		// A registered workflow's consumer not created yet holds nothing.
-		for wf := range s.runs {
-			name := queue.ConsumerName(wf)
-			if _, ok := s.consumers[name]; !ok {
-				s.consumers[name] = jetstream.ConsumerInfo{Name: name}
-			}
-		}
 	}
 	s.took = time.Since(began)
 	f.mu.Lock()
@@ -240,6 +233,13 @@ func (f *Fleet) scanJetStream(ctx context.Context, js jetstream.JetStream, s *fl
 		}
 		if err := lister.Err(); err != nil {
 			return err
+		}
+	}
+	// A registered workflow's consumer not created yet holds nothing.
+	for wf := range s.runs {
+		name := queue.ConsumerName(wf)
+		if _, ok := s.consumers[name]; !ok {
+			s.consumers[name] = jetstream.ConsumerInfo{Name: name}
 		}
 	}
 	// No dead-letter stream yet: no dead letters (the gauge says 0).
