@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,6 +50,9 @@ type Config struct {
 	SignalMetrics interface {
 		SignalReceived(channel, outcome string)
 	}
+	// TraceURL links a run's page to its trace: a URL with {trace_id} in
+	// it, e.g. http://jaeger:16686/trace/{trace_id}. Empty: no link.
+	TraceURL string
 	// EventWindow is how old an event's ts may be. Default 5 minutes; an
 	// event from more than a minute in the future is refused too.
 	EventWindow time.Duration
@@ -68,6 +73,8 @@ type Server struct {
 	store  checkpoint.Store
 	log    zerolog.Logger
 	events *eventState
+	// runsPage is runs.html with the trace URL in its body's data.
+	runsPage []byte
 }
 
 // New validates cfg and returns a Server.
@@ -98,7 +105,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("approver: %w", err)
 		}
 	}
+	if cfg.TraceURL != "" {
+		u, err := url.Parse(strings.Replace(cfg.TraceURL, "{trace_id}", "0", 1))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(cfg.TraceURL, "{trace_id}") {
+			return nil, fmt.Errorf("approver: trace URL %q: want an http(s) URL with {trace_id} in it, e.g. http://jaeger:16686/trace/{trace_id}", cfg.TraceURL)
+		}
+	}
 	s := &Server{cfg: cfg, store: cfg.Store, log: log.Logger}
+	s.runsPage = withTraceURL(runsHTML, cfg.TraceURL)
 	if s.store == nil {
 		s.store = cfg.Client.Store()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
@@ -24,6 +25,7 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	secretsFile := fs.String("event-secrets", "", `JSON file {"<system>": {"secret": "...", "groups": ["..."]}} of systems that may decide through signed events on durable.approvals.<system>`)
 	fourEyes := fs.Bool("four-eyes", false, "refuse a decision by the identity that started the run")
 	metricsAddr := fs.String("metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
+	traceURL := fs.String("trace-url", os.Getenv("DURABLE_TRACE_URL"), "link a run's page to its trace: a URL with {trace_id}, e.g. http://jaeger:16686/trace/{trace_id} (env DURABLE_TRACE_URL)")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
@@ -36,6 +38,11 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := service.NewLogger(stderr, "approver")
 	service.UseRedisLogger(log)
+	shutdownTracing, err := service.StartTracing(ctx, "durable-approver")
+	if err != nil {
+		return err
+	}
+	defer service.StopTracing(shutdownTracing)
 	set, err := tokens.Load(*tokenFile)
 	if err != nil {
 		return err
@@ -71,7 +78,7 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		c.WarnFewReplicas(ctx, s, log)
 		srv, err := New(Config{
 			Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, FourEyes: *fourEyes,
-			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(), SignalMetrics: m,
+			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(), SignalMetrics: m, TraceURL: *traceURL,
 		})
 		if err != nil {
 			return service.UsageError{Msg: err.Error()}

@@ -368,6 +368,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		"short secret":           {Client: h.client, Tokens: set, NATS: h.nc, EventSecrets: map[string]approver.EventSystem{"erp": {Secret: "short", Groups: []string{"adjusters"}}}},
 		"system without groups":  {Client: h.client, Tokens: set, NATS: h.nc, EventSecrets: map[string]approver.EventSystem{"erp": {Secret: strings.Repeat("s", 32)}}},
 		"system that is no name": {Client: h.client, Tokens: set, NATS: h.nc, EventSecrets: map[string]approver.EventSystem{"erp.x": {Secret: strings.Repeat("s", 32), Groups: []string{"adjusters"}}}},
+		"trace URL without id":   {Client: h.client, Tokens: set, TraceURL: "http://jaeger:16686/trace/"},
+		"trace URL not http":     {Client: h.client, Tokens: set, TraceURL: "javascript:alert({trace_id})"},
 	} {
 		if _, err := approver.New(cfg); err == nil {
 			t.Errorf("%s: New accepted it", name)

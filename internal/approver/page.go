@@ -1,9 +1,11 @@
 package approver
 
 import (
+	"bytes"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/base64"
+	"html"
 	"net/http"
 	"regexp"
 	"strings"
@@ -50,7 +52,16 @@ func (s *Server) handlePage(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) handleRunsPage(w http.ResponseWriter, _ *http.Request) {
-	writePage(w, runsHTML, runsCSP)
+	writePage(w, s.runsPage, runsCSP)
+}
+
+// withTraceURL puts the trace link's template on the page's body (an
+// attribute: the script and style, and so the CSP hashes, are unchanged).
+func withTraceURL(page []byte, traceURL string) []byte {
+	if traceURL == "" {
+		return page
+	}
+	return bytes.Replace(page, []byte("<body>"), []byte(`<body data-trace-url="`+html.EscapeString(traceURL)+`">`), 1)
 }
 
 func writePage(w http.ResponseWriter, page []byte, csp string) {

@@ -8,6 +8,11 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/durable-run/durable/internal/approver"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
@@ -22,7 +27,11 @@ func TestBrowserRunsPages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: no browser")
 	}
-	h := newHarness(t, "redis", nil)
+	// Runs started with tracing on have a trace, which the run's page links.
+	tp := sdktrace.NewTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); otel.SetTracerProvider(noop.NewTracerProvider()) })
+	h := newHarness(t, "redis", func(c *approver.Config) { c.TraceURL = "https://traces.example/trace/{trace_id}" })
 	ctx := context.Background()
 	fragileBroken.Store(true)
 	dead := []string{"page-dead-1", "page-dead-2"}
@@ -67,6 +76,12 @@ func TestBrowserRunsPages(t *testing.T) {
 	)
 	if got := b.text("#run"); !strings.Contains(got, dead[0]) || !strings.Contains(got, "the ledger is down") || !strings.Contains(got, "fragile v1") {
 		t.Errorf("the run page shows %q", got)
+	}
+	traceID := client.TraceID(h.run(dead[0]))
+	attr, err := chromedp.Run(b.ctx, chromedp.AttributeValue(chromedp.CSS("a.trace-link"), "href"))
+	href := attr.Value
+	if err != nil || traceID == "" || href != "https://traces.example/trace/"+traceID || !strings.Contains(b.text("#run"), traceID) {
+		t.Errorf("trace link %q, run's trace %q (%v)", href, traceID, err)
 	}
 	b.do("ask to redrive, then confirm", 15*time.Second,
 		chromedp.Click(chromedp.CSS(".redrive button.ask")),

@@ -67,6 +67,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
+	if cmd := args[0]; cmd != "bench" && cmd != "bench-worker" {
+		// Traces from the standard OTEL_* variables; off without them.
+		shutdown, err := service.StartTracing(ctx, "durable-"+cmd)
+		if err != nil {
+			return exitCode(err, stderr)
+		}
+		defer service.StopTracing(shutdown)
+	}
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "demo":

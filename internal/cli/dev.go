@@ -215,7 +215,7 @@ func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath s
 	if err != nil {
 		return err
 	}
-	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m})
+	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: os.Getenv("DURABLE_TRACE_URL")})
 	if err != nil {
 		return err
 	}

@@ -162,6 +162,9 @@ func printRunHeader(w io.Writer, v client.RunView) {
 	if v.Parent != nil {
 		fmt.Fprintf(w, "child of run %s, started by its step %d\n", v.Parent.RunID, v.Parent.Step)
 	}
+	if v.TraceID != "" {
+		fmt.Fprintf(w, "trace %s\n", v.TraceID)
+	}
 	if v.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", v.Error)
 	}

@@ -83,8 +83,12 @@ type Run struct {
 	StepName  string          `json:"step_name"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	StartedBy string          `json:"started_by,omitempty"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	// Trace is the W3C traceparent of the span that started the run, the
+	// root of its trace, when tracing was on: what resumes the run later
+	// (a decision, a signal, an expiry, a redrive) continues that trace.
+	Trace     string    `json:"trace,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Wait is set while the run is parked for approval.
 	Wait *Wait `json:"wait,omitempty"`
 	// Approvals holds every decision taken on the run, oldest first.

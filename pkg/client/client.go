@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
@@ -109,6 +111,10 @@ type StartRequest struct {
 // exists with the same workflow and input returns the existing run with
 // created false and does not restart it.
 func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Run, created bool, err error) {
+	// The run's trace starts here, linked to the caller's span if any.
+	ctx, span := tracer.Start(ctx, "durable.start", trace.WithNewRoot(), trace.WithLinks(trace.LinkFromContext(ctx)),
+		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(AttrRunID.String(req.RunID), AttrWorkflow.String(req.Workflow)))
+	defer func() { endSpan(span, err) }()
 	if err := queue.ValidateRunID(req.RunID); err != nil {
 		return run, false, err
 	}
@@ -128,6 +134,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		ID: req.RunID, Workflow: info.Name, Version: info.Version,
 		Status: checkpoint.StatusRunning, Step: 1, StepName: info.FirstStep,
 		Input: input, StartedBy: req.By, CreatedAt: now, UpdatedAt: now, Parent: req.Parent,
+		Trace: traceparent(ctx),
 	}
 	stored, err := c.store.CreateRun(ctx, run)
 	switch {
@@ -138,7 +145,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		// The first publish may have been lost: publishing step 1 again is
 		// harmless (same message id, and the protocol ignores replays).
 		if stored.Status == checkpoint.StatusRunning && stored.Step == 1 {
-			if err := c.publish(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
+			if err := c.publish(RunContext(ctx, stored), stored, queue.MsgID(stored.ID, 1)); err != nil {
 				return stored, false, err
 			}
 		}
@@ -274,7 +281,18 @@ type Decision struct {
 
 // Decide records the decision on the parked run and resumes it: the parked
 // step runs again on any worker with the decision in its context.
-func (c *Client) Decide(ctx context.Context, d Decision) (checkpoint.Run, error) {
+func (c *Client) Decide(ctx context.Context, d Decision) (run checkpoint.Run, err error) {
+	verdict := checkpoint.DecisionApproved
+	if d.Reject {
+		verdict = checkpoint.DecisionRejected
+	}
+	ctx, span := c.actionSpan(ctx, d.RunID, "durable.decision", attribute.String("durable.decision", string(verdict)),
+		attribute.String("durable.by", d.By), attribute.String("durable.channel", d.Channel))
+	defer func() { endSpan(span, err) }()
+	return c.decide(ctx, d)
+}
+
+func (c *Client) decide(ctx context.Context, d Decision) (checkpoint.Run, error) {
 	if d.By == "" {
 		return checkpoint.Run{}, errors.New("a decision needs who took it")
 	}
@@ -383,8 +401,10 @@ func actionOf(opts []ActionOption) action {
 // Cancel stops a running or waiting run and records who cancelled it, and
 // through which channel, in its audit. A step in flight is discarded at
 // its commit.
-func (c *Client) Cancel(ctx context.Context, id, by string, opts ...ActionOption) (checkpoint.Run, error) {
+func (c *Client) Cancel(ctx context.Context, id, by string, opts ...ActionOption) (run checkpoint.Run, err error) {
 	a := actionOf(opts)
+	ctx, span := c.actionSpan(ctx, id, "durable.cancel", attribute.String("durable.by", by), attribute.String("durable.channel", a.channel))
+	defer func() { endSpan(span, err) }()
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {

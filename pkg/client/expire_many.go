@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
@@ -68,6 +69,15 @@ func (c *Client) ExpireMany(ctx context.Context, ids []string, now time.Time) []
 	for i := range es {
 		if es[i].err == nil {
 			owedMsgs[i], es[i].err = owedMessage(es[i].stored, es[i].owed)
+			if es[i].changed && es[i].err == nil {
+				// The expiry is a span of the run's trace; what it owes
+				// continues from it.
+				sctx, span := runSpan(ctx, es[i].stored, "durable.expire", attribute.String("durable.action", es[i].res.Action))
+				if owedMsgs[i] != nil {
+					queue.InjectTrace(sctx, owedMsgs[i])
+				}
+				span.End()
+			}
 		}
 	}
 	for i, err := range c.publishAll(ctx, owedMsgs) {

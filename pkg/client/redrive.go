@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
 )
@@ -18,8 +20,10 @@ var ErrNotDead = errors.New("run is not dead")
 // Redrive puts a dead run back to work at the step it died in, with a fresh
 // set of attempts. Completed steps are not run again and journaled calls
 // are replayed, so effects already made are not made twice.
-func (c *Client) Redrive(ctx context.Context, id, by string, opts ...ActionOption) (checkpoint.Run, error) {
+func (c *Client) Redrive(ctx context.Context, id, by string, opts ...ActionOption) (run checkpoint.Run, err error) {
 	a := actionOf(opts)
+	ctx, span := c.actionSpan(ctx, id, "durable.redrive", attribute.String("durable.by", by), attribute.String("durable.channel", a.channel))
+	defer func() { endSpan(span, err) }()
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
@@ -67,7 +69,14 @@ type SignalResult struct {
 // no change: an unknown run (checkpoint.ErrNotFound), a run that ended
 // (ErrNotActive), a malformed name, id or data (ErrBadSignal), a name the
 // run's workflow version does not declare (ErrUnknownSignal).
-func (c *Client) Signal(ctx context.Context, req SignalRequest) (SignalResult, error) {
+func (c *Client) Signal(ctx context.Context, req SignalRequest) (res SignalResult, err error) {
+	ctx, span := c.actionSpan(ctx, req.RunID, "durable.signal", attribute.String("durable.signal", req.Name),
+		attribute.String("durable.by", req.By), attribute.String("durable.channel", req.Channel))
+	defer func() { endSpan(span, err) }()
+	return c.signal(ctx, req)
+}
+
+func (c *Client) signal(ctx context.Context, req SignalRequest) (SignalResult, error) {
 	if err := checkSignal(&req); err != nil {
 		return SignalResult{}, err
 	}

@@ -15,21 +15,24 @@ import (
 // status, step, checkpoints, approvals, effects) keep their names; others
 // are added beside them.
 type RunView struct {
-	RunID       string            `json:"run_id"`
-	Workflow    string            `json:"workflow"`
-	Version     int               `json:"version"`
-	Status      checkpoint.Status `json:"status"`
-	Step        int               `json:"step"`
-	StepName    string            `json:"step_name"`
-	Input       json.RawMessage   `json:"input,omitempty"`
-	StartedBy   string            `json:"started_by,omitempty"`
-	CreatedAt   time.Time         `json:"created_at"`
-	UpdatedAt   time.Time         `json:"updated_at"`
-	Error       string            `json:"error,omitempty"`
-	Resumes     int               `json:"resumes"`
-	Redrives    int               `json:"redrives,omitempty"`
-	Wait        *checkpoint.Wait  `json:"wait,omitempty"`
-	Checkpoints []CheckpointView  `json:"checkpoints"`
+	RunID     string            `json:"run_id"`
+	Workflow  string            `json:"workflow"`
+	Version   int               `json:"version"`
+	Status    checkpoint.Status `json:"status"`
+	Step      int               `json:"step"`
+	StepName  string            `json:"step_name"`
+	Input     json.RawMessage   `json:"input,omitempty"`
+	StartedBy string            `json:"started_by,omitempty"`
+	// TraceID is the run's trace (32 hex digits) when it was started with
+	// tracing on: every span of the run is in it.
+	TraceID     string           `json:"trace_id,omitempty"`
+	CreatedAt   time.Time        `json:"created_at"`
+	UpdatedAt   time.Time        `json:"updated_at"`
+	Error       string           `json:"error,omitempty"`
+	Resumes     int              `json:"resumes"`
+	Redrives    int              `json:"redrives,omitempty"`
+	Wait        *checkpoint.Wait `json:"wait,omitempty"`
+	Checkpoints []CheckpointView `json:"checkpoints"`
 	// Parent is the run and step that started this run, for a child run.
 	Parent *checkpoint.ParentRef `json:"parent,omitempty"`
 	// Signals delivered to the run, pending or consumed, oldest first.
@@ -191,7 +194,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	}
 	v := RunView{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version, Status: run.Status,
-		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy,
+		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy, TraceID: TraceID(run),
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt, Error: run.Error, Resumes: run.Resumes,
 		Redrives: run.Redrives, Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals,
 		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent, Signals: run.Signals,

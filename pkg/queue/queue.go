@@ -322,6 +322,7 @@ func PublishStep(ctx context.Context, js jetstream.JetStream, m StepMsg, msgID s
 	if err != nil {
 		return false, err
 	}
+	InjectTrace(ctx, msg)
 	p := PublishAll(ctx, js, msg)[0]
 	if p.Err != nil {
 		return false, fmt.Errorf("publish step %s:%s: %w", m.RunID, m.Label(), p.Err)
@@ -340,6 +341,7 @@ func PublishSteps(ctx context.Context, js jetstream.JetStream, ms []StepMsg, ids
 		if msgs[k], err = StepMessage(m, ids[k]); err != nil {
 			return 0, err
 		}
+		InjectTrace(ctx, msgs[k])
 	}
 	fresh := 0
 	var errs []error

@@ -56,6 +56,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := service.NewLogger(stderr, "scheduler")
 	service.UseRedisLogger(log)
+	shutdownTracing, err := service.StartTracing(ctx, "durable-scheduler")
+	if err != nil {
+		return err
+	}
+	defer service.StopTracing(shutdownTracing)
 	m := metrics.Default()
 	service.WaitReady(m)
 	waitMetrics, err := metrics.Start(ctx, o.metricsAddr, m, log)

@@ -11,6 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
@@ -292,9 +297,18 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 	s.mu.Unlock()
 
 	if ok {
+		// Answered from the journal: marked on the step's span, not timed
+		// as new work.
+		trace.SpanFromContext(ctx).AddEvent("durable.call.replayed", trace.WithAttributes(attribute.String("durable.call", name)))
 		return replayCall[T](s, name, argsSum, rec)
 	}
-	v, err := fn(ctx)
+	cctx, span := tracer.Start(ctx, "durable.call", trace.WithAttributes(attribute.String("durable.call", name)))
+	v, err := fn(cctx)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
 	if err != nil {
 		s.mu.Lock()
 		delete(s.used, name)
@@ -335,6 +349,10 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 	}
 	return out, nil
 }
+
+// tracer makes the spans of journaled calls: children of the worker's
+// span of the step (the step's ctx carries it).
+var tracer = otel.Tracer("github.com/durable-run/durable/pkg/steps")
 
 // Replayed reports whether the call name was answered from the journal in
 // this attempt (its function was not called again).

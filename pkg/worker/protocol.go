@@ -12,6 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
@@ -26,6 +30,18 @@ const (
 	// minDeliveryFuse: a step delivered more often than this (and 3× its
 	// attempts) without finishing goes to the dead letters.
 	minDeliveryFuse = 20
+)
+
+// tracer makes a span per delivery (durable.step), in the trace of the
+// run the message carries; its outcome is the one Metrics.StepDone gets:
+// committed, completed, failed, parked, replayed, stale, lost, retry,
+// error, dead.
+var tracer = otel.Tracer("github.com/durable-run/durable/pkg/worker")
+
+var (
+	attrAttempt = attribute.Key("durable.attempt")
+	attrBranch  = attribute.Key("durable.branch")
+	attrOutcome = attribute.Key("durable.outcome")
 )
 
 // transientDelay is the wait before redelivery after a store or publish
@@ -134,6 +150,8 @@ type delivery struct {
 	// name is the step the delivery runs: the run's step at the cursor,
 	// or the branch step of a branch. Set once the run is loaded.
 	name string
+	// span is the delivery's span (a no-op one when tracing is off).
+	span trace.Span
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
@@ -151,6 +169,16 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	d.m = m
+	// The delivery is a span of the run's trace: the message carries the
+	// context of the span that published it.
+	ctx, d.span = tracer.Start(queue.ExtractTrace(ctx, msg.Headers()), "durable.step",
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+			client.AttrRunID.String(m.RunID), client.AttrWorkflow.String(m.Workflow), client.AttrStep.Int(m.At()),
+			attrAttempt.Int(d.attempt)))
+	defer d.span.End()
+	if m.Branch > 0 {
+		d.span.SetAttributes(attrBranch.Int(m.Branch))
+	}
 	lc := w.log.With().Str("run_id", m.RunID).Int("step", m.At()).Str("workflow", m.Workflow).Int("attempt", d.attempt)
 	if m.Branch > 0 {
 		lc = lc.Int("branch", m.Branch)
@@ -493,6 +521,12 @@ func (w *Worker) ack(d *delivery) {
 
 func (w *Worker) done(workflow, step, outcome string, d *delivery) {
 	w.cfg.Metrics.StepDone(workflow, step, outcome, time.Since(d.start))
+	if d.span != nil && d.span.IsRecording() {
+		d.span.SetAttributes(client.AttrStepName.String(step), attrOutcome.String(outcome))
+		if outcome == "error" || outcome == "dead" || outcome == "malformed" {
+			d.span.SetStatus(codes.Error, outcome)
+		}
+	}
 }
 
 // reportCommit tells Metrics about checkpoint cp of size bytes that this

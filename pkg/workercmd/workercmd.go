@@ -93,6 +93,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 	if len(pos) > 0 {
 		return service.Usagef("%s: unexpected argument %q", name, pos[0])
 	}
+	shutdownTracing, err := service.StartTracing(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer service.StopTracing(shutdownTracing)
 	if *concurrency < 0 || *maxAckPending < 0 {
 		return service.Usagef("%s: --concurrency and --max-ack-pending must not be negative", name)
 	}

@@ -10,7 +10,15 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
+
+var tracer = otel.Tracer("github.com/durable-run/durable/internal/demo/payments")
 
 // Client calls the payments API. The zero HTTP uses http.DefaultClient.
 type Client struct {
@@ -33,7 +41,19 @@ func WithRunID(runID string) ListOption { return func(q url.Values) { q.Set("run
 // key with this body and answered the original payment. A key reused with a
 // different body returns a *ConflictError (errors.Is(err, ErrConflict)); any
 // other non-2xx returns a *StatusError.
-func (c Client) Pay(ctx context.Context, key string, req PayRequest) (Payment, bool, error) {
+func (c Client) Pay(ctx context.Context, key string, req PayRequest) (p Payment, replayed bool, err error) {
+	// A client span in the caller's trace (a step's ctx carries the run's),
+	// its context sent on as traceparent.
+	ctx, span := tracer.Start(ctx, "payments.pay", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("http.request.method", http.MethodPost), attribute.String("payments.idempotency_key", key)))
+	defer func() {
+		span.SetAttributes(attribute.Bool("payments.replayed", replayed))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	if key == "" {
 		return Payment{}, false, errors.New("pay: idempotency key is required")
 	}
@@ -47,7 +67,7 @@ func (c Client) Pay(ctx context.Context, key string, req PayRequest) (Payment, b
 	}
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("Idempotency-Key", key)
-	var p Payment
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(hr.Header))
 	resp, err := c.do(hr, &p)
 	if err != nil {
 		if ce, ok := errors.AsType[*ConflictError](err); ok && ce.Key == "" {
