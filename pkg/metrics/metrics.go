@@ -128,7 +128,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // Handler serves the registry in the Prometheus exposition formats.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
 }
 
 // executed are the outcomes whose deliveries ran the step body.
@@ -136,10 +136,24 @@ var executed = map[string]bool{"committed": true, "completed": true, "failed": t
 
 // StepDone implements worker.Metrics.
 func (m *Metrics) StepDone(workflow, step, outcome string, d time.Duration) {
+	m.StepDoneInTrace(workflow, step, outcome, d, "")
+}
+
+// StepDoneInTrace implements worker.TracedMetrics: StepDone, with the
+// trace as an exemplar of the duration (trace_id), which /metrics shows
+// to a scraper that asks for OpenMetrics (Prometheus with exemplar
+// storage on) and Grafana links to the trace.
+func (m *Metrics) StepDoneInTrace(workflow, step, outcome string, d time.Duration, traceID string) {
 	m.steps.WithLabelValues(workflow, step, outcome).Inc()
-	if executed[outcome] {
-		m.stepDuration.WithLabelValues(workflow, step).Observe(d.Seconds())
+	if !executed[outcome] {
+		return
 	}
+	h := m.stepDuration.WithLabelValues(workflow, step)
+	if eo, ok := h.(prometheus.ExemplarObserver); ok && traceID != "" {
+		eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": traceID})
+		return
+	}
+	h.Observe(d.Seconds())
 }
 
 // CheckpointCommitted implements worker.Metrics.

@@ -520,7 +520,12 @@ func (w *Worker) ack(d *delivery) {
 }
 
 func (w *Worker) done(workflow, step, outcome string, d *delivery) {
-	w.cfg.Metrics.StepDone(workflow, step, outcome, time.Since(d.start))
+	took := time.Since(d.start)
+	if tm, ok := w.cfg.Metrics.(TracedMetrics); ok && d.span != nil && d.span.SpanContext().IsSampled() {
+		tm.StepDoneInTrace(workflow, step, outcome, took, d.span.SpanContext().TraceID().String())
+	} else {
+		w.cfg.Metrics.StepDone(workflow, step, outcome, took)
+	}
 	if d.span != nil && d.span.IsRecording() {
 		d.span.SetAttributes(client.AttrStepName.String(step), attrOutcome.String(outcome))
 		if outcome == "error" || outcome == "dead" || outcome == "malformed" {
