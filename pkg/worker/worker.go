@@ -114,6 +114,15 @@ type Metrics interface {
 type NopMetrics struct{}
 
 func (NopMetrics) StepDone(string, string, string, time.Duration) {}
+func (NopMetrics) CheckpointCommitted(string, string, int, int)   {}
+func (NopMetrics) Resumed(string, string)                         {}
+func (NopMetrics) EffectReplayed(string, string)                  {}
+func (NopMetrics) CallsReplayed(string, string, int)              {}
+func (NopMetrics) JournalMismatch(string, string)                 {}
+func (NopMetrics) DeadLettered(string, string)                    {}
+func (NopMetrics) BranchRunning(string, int)                      {}
+func (NopMetrics) JoinPublished(string)                           {}
+func (NopMetrics) ChildrenStarted(string, int)                    {}
 
 // TracedMetrics is a Metrics that also takes the trace a delivery's span
 // is in, when it is sampled: pkg/metrics keeps it as an exemplar of the
@@ -122,16 +131,6 @@ func (NopMetrics) StepDone(string, string, string, time.Duration) {}
 type TracedMetrics interface {
 	StepDoneInTrace(workflow, step, outcome string, d time.Duration, traceID string)
 }
-
-func (NopMetrics) CheckpointCommitted(string, string, int, int) {}
-func (NopMetrics) Resumed(string, string)                       {}
-func (NopMetrics) EffectReplayed(string, string)                {}
-func (NopMetrics) CallsReplayed(string, string, int)            {}
-func (NopMetrics) JournalMismatch(string, string)               {}
-func (NopMetrics) DeadLettered(string, string)                  {}
-func (NopMetrics) BranchRunning(string, int)                    {}
-func (NopMetrics) JoinPublished(string)                         {}
-func (NopMetrics) ChildrenStarted(string, int)                  {}
 
 // Stats counts what a worker did since it started.
 type Stats struct {
