@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
 )
@@ -206,10 +208,16 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 // repeated repair of the same state within the stream's duplicate window
 // is dropped (false), as is a repair of a run that is not running or
 // that made progress.
-func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Time) (bool, error) {
+func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Time) (published bool, err error) {
 	if run.Status != checkpoint.StatusRunning || run.UpdatedAt.After(cutoff) {
 		return false, nil
 	}
+	// A span of the run's trace: the step published again continues it.
+	ctx, span := runSpan(ctx, run, "durable.repair")
+	defer func() {
+		span.SetAttributes(attribute.Bool("durable.published", published))
+		endSpan(span, err)
+	}()
 	fan, done, err := c.fanOutAt(ctx, run)
 	if err != nil || fan == nil {
 		if err != nil {
