@@ -150,8 +150,12 @@ type delivery struct {
 	// name is the step the delivery runs: the run's step at the cursor,
 	// or the branch step of a branch. Set once the run is loaded.
 	name string
-	// span is the delivery's span (a no-op one when tracing is off).
-	span trace.Span
+	// span is the delivery's span (a no-op one when tracing is off);
+	// orphan: its message carried no trace context (published by a
+	// version without tracing, or by hand), so the span links to the
+	// run's trace once the run is loaded.
+	span   trace.Span
+	orphan bool
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
@@ -171,6 +175,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	d.m = m
 	// The delivery is a span of the run's trace: the message carries the
 	// context of the span that published it.
+	d.orphan = len(msg.Headers()["traceparent"]) == 0
 	ctx, d.span = tracer.Start(queue.ExtractTrace(ctx, msg.Headers()), "durable.step",
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 			client.AttrRunID.String(m.RunID), client.AttrWorkflow.String(m.Workflow), client.AttrStep.Int(m.At()),

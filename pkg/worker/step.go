@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -67,6 +69,9 @@ func (w *Worker) load(ctx context.Context, d *delivery) (snap checkpoint.Snapsho
 	if err != nil {
 		w.retryTransient(d, "load", err)
 		return snap, sticky, false
+	}
+	if d.orphan && snap.Run.Trace != "" && d.span.IsRecording() {
+		d.span.AddLink(trace.LinkFromContext(client.RunContext(context.Background(), snap.Run)))
 	}
 	return snap, sticky, true
 }

@@ -179,6 +179,25 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 			t.Errorf("payments span under %+v, want under the pay call", parent)
 		}
 	}
+
+	// The on-call replays the step stream by hand: the copies carry no
+	// trace context, and each delivery's span links to its run's trace.
+	f.mu.Lock()
+	f.stopped = false
+	f.mu.Unlock()
+	f.startWorker()
+	nc, js := f.nats.Connect(t)
+	testenv.RepublishSteps(t, js)
+	nc.Close()
+	testenv.Eventually(t, 20*time.Second, "a replayed delivery of "+id+" linked to its trace", func() bool {
+		for _, s := range runSpans(otlp.Spans(), id) {
+			if s.Name == "durable.step" && s.TraceID != traceID && contains(s.Links, traceID) {
+				return true
+			}
+		}
+		return false
+	})
+	f.stopAll()
 }
 
 // runSpans are the spans about run id.

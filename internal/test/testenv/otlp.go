@@ -34,6 +34,7 @@ type Span struct {
 	Attrs                     map[string]string // the span's attributes, as strings
 	Resource                  map[string]string // its resource's attributes
 	Events                    []string
+	Links                     []string // the trace ids the span links to
 	StatusError               bool
 }
 
@@ -81,6 +82,9 @@ func (o *OTLP) serve(w http.ResponseWriter, r *http.Request) {
 					Attrs: attrs(sp.Attributes), Resource: res, StatusError: sp.GetStatus().GetCode() == 2}
 				for _, e := range sp.Events {
 					s.Events = append(s.Events, e.Name)
+				}
+				for _, l := range sp.Links {
+					s.Links = append(s.Links, hex.EncodeToString(l.TraceId))
 				}
 				got = append(got, s)
 			}
