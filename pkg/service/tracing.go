@@ -10,8 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -26,9 +25,11 @@ import (
 // "true"); otherwise nothing is installed, the global tracer provider stays
 // OpenTelemetry's no-op one and the instrumentation costs close to
 // nothing. The protocol comes from OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
-// OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default) or grpc. The
-// exporters read the rest of OTEL_EXPORTER_OTLP_* themselves (headers,
-// timeout, TLS), the resource OTEL_SERVICE_NAME and
+// OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default) or grpc (see
+// otlp.go: our client, not OpenTelemetry's, to keep gRPC's dependencies
+// out of every binary). Also read: OTEL_EXPORTER_OTLP_(TRACES_)HEADERS,
+// _TIMEOUT and _COMPRESSION (gzip); TLS is the system's roots (https://
+// endpoints), a client certificate is not supported. The resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES (service.name defaults to service), the
 // sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, the batching
 // OTEL_BSP_*. W3C trace context is the propagator.
@@ -37,15 +38,18 @@ func StartTracing(ctx context.Context, service string) (shutdown func(context.Co
 	if !TracingConfigured() || !tracingStarted.CompareAndSwap(false, true) {
 		return off, nil // off, or started already by the command that runs this one
 	}
-	var exp sdktrace.SpanExporter
-	switch p := tracesProtocol(); p {
-	case "", "http/protobuf":
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
-		exp, err = otlptracegrpc.New(ctx)
-	default:
+	p := tracesProtocol()
+	if p == "" {
+		p = "http/protobuf"
+	}
+	if p != "http/protobuf" && p != "grpc" {
 		return off, Usagef("OTEL_EXPORTER_OTLP_PROTOCOL %q: durable exports traces over http/protobuf or grpc", p)
 	}
+	client, err := newOTLPClient(p)
+	if err != nil {
+		return off, err
+	}
+	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return off, fmt.Errorf("OTLP trace exporter: %w", err)
 	}

@@ -143,3 +143,26 @@ func TestBinariesLinkWhatTheyRun(t *testing.T) {
 		}
 	}
 }
+
+// TestBinariesKeepMethodElimination: no binary links html/template or
+// text/template (golang.org/x/net/trace brings them in with
+// google.golang.org/grpc): a reachable template call keeps every exported
+// method of every type, and the worker doubled to 126 MB when the OTLP
+// exporters linked gRPC (pkg/service/otlp.go is why they do not).
+func TestBinariesKeepMethodElimination(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	c := exec.Command("go", "list", "-deps", "./cmd/durable", "./cmd/worker", "./cmd/scheduler", "./cmd/approver")
+	c.Dir = root(t)
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, d := range strings.Fields(string(out)) {
+		switch d {
+		case "text/template", "html/template", "golang.org/x/net/trace", "google.golang.org/grpc":
+			t.Errorf("a binary links %s", d)
+		}
+	}
+}

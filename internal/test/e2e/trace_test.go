@@ -58,6 +58,16 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 	if _, _, err := f.client.Start(ctx, client.StartRequest{Workflow: "claim", RunID: id}); err != nil {
 		t.Fatal(err)
 	}
+	// The park's span is exported before the decision: the worker that
+	// parked may be the one killed later, with what it had not sent yet.
+	testenv.Eventually(t, 30*time.Second, id+" parked, its span exported", func() bool {
+		for _, s := range runSpans(otlp.Spans(), id) {
+			if s.Attrs["durable.outcome"] == "parked" {
+				return true
+			}
+		}
+		return false
+	})
 	f.drive([]string{id}, 2*time.Minute, nil)
 	if got := f.waitKills(1, 10*time.Second); got != 1 {
 		t.Fatalf("%d workers killed, want 1", got)
