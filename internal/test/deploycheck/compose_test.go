@@ -270,3 +270,41 @@ func TestComposeRequiresSecrets(t *testing.T) {
 		}
 	}
 }
+
+// The tracing profile adds a Jaeger to try traces with: off by default,
+// hardened like the rest, its UI on the loopback only; every durable
+// service takes the OTLP variables (empty: tracing off).
+func TestComposeTracingProfile(t *testing.T) {
+	if _, ok := composeProject(t).Services["jaeger"]; ok {
+		t.Fatal("jaeger runs without --profile tracing")
+	}
+	p, err := loader.LoadWithContext(context.Background(), types.ConfigDetails{
+		WorkingDir:  filepath.Dir(deployPath(t, "docker-compose.yml")),
+		ConfigFiles: []types.ConfigFile{{Filename: deployPath(t, "docker-compose.yml")}},
+		Environment: composeEnv(t),
+	}, loader.WithProfiles([]string{"tracing"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, ok := p.Services["jaeger"]
+	if !ok {
+		t.Fatal("no jaeger service with --profile tracing")
+	}
+	if !strings.HasPrefix(j.Image, "jaegertracing/jaeger:") || strings.HasSuffix(j.Image, ":latest") {
+		t.Errorf("jaeger image %q, want a pinned jaegertracing/jaeger", j.Image)
+	}
+	if !j.ReadOnly || !slices.Contains(j.CapDrop, "ALL") {
+		t.Errorf("jaeger: want read_only and cap_drop [ALL]")
+	}
+	if len(j.Ports) != 1 || j.Ports[0].HostIP != "127.0.0.1" || j.Ports[0].Target != 16686 {
+		t.Errorf("jaeger ports %+v, want its UI on 127.0.0.1:16686 only", j.Ports)
+	}
+	for name := range durableServices {
+		env := p.Services[name].Environment
+		for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "DURABLE_TRACE_URL"} {
+			if _, ok := env[k]; !ok {
+				t.Errorf("%s: no %s", name, k)
+			}
+		}
+	}
+}
