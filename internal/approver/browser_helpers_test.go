@@ -160,6 +160,20 @@ func (b *browser) do(what string, timeout time.Duration, actions ...chromedp.Act
 	}
 }
 
+// logIn opens the page at url and saves token in it, as a person pastes
+// it into the page's token field.
+func (b *browser) logIn(url, who, token string) {
+	b.t.Helper()
+	b.do("open "+url, 20*time.Second,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.ID("token")),
+	)
+	b.do("log in with "+who+"'s token", 10*time.Second,
+		chromedp.SendKeys(chromedp.ID("token"), token),
+		chromedp.Click(chromedp.ID("save-token")),
+	)
+}
+
 // text is the visible text of the first element matching sel.
 func (b *browser) text(sel string) string {
 	b.t.Helper()

@@ -36,14 +36,7 @@ func TestBrowserInboxApprovesAndRejects(t *testing.T) {
 	yes := startClaim("claim-page-yes", 2315)
 
 	b := newBrowser(t, 2*time.Minute)
-	b.do("open the inbox", 20*time.Second,
-		chromedp.Navigate(h.http.URL+"/"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-	)
-	b.do("log in with ana's token", 10*time.Second,
-		chromedp.SendKeys(chromedp.ID("token"), h.tokens["ana"]),
-		chromedp.Click(chromedp.ID("save-token")),
-	)
+	b.logIn(h.http.URL+"/", "ana", h.tokens["ana"])
 
 	item := fmt.Sprintf(`.approval[data-run=%q]`, yes.ID)
 	b.do("wait for the pending claim", 15*time.Second, chromedp.WaitVisible(chromedp.CSS(item)))

@@ -44,14 +44,7 @@ func TestBrowserRunsPages(t *testing.T) {
 	h.park("page-wait", "cy", "adjusters")
 
 	b := newBrowser(t, 3*time.Minute)
-	b.do("open the runs page", 20*time.Second,
-		chromedp.Navigate(h.http.URL+"/runs"),
-		chromedp.WaitVisible(chromedp.ID("token")),
-	)
-	b.do("log in with an operators token", 10*time.Second,
-		chromedp.SendKeys(chromedp.ID("token"), h.tokens["ops"]),
-		chromedp.Click(chromedp.ID("save-token")),
-	)
+	b.logIn(h.http.URL+"/runs", "ops", h.tokens["ops"])
 	row := func(id string) string { return fmt.Sprintf(`#runs tr[data-run=%q]`, id) }
 	b.do("see the runs", 15*time.Second, chromedp.WaitVisible(chromedp.CSS(row(dead[0]))), chromedp.WaitVisible(chromedp.CSS(row("page-wait"))))
 	b.waitText("#counts", "running 0 · waiting 1 · completed 0 · failed 0 · cancelled 0 · dead 2", 5*time.Second)
