@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -141,7 +142,7 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 	}
 	sort.Strings(names)
 	t.Logf("%d spans of %s: %v; steps %v", len(spans), id, names, steps)
-	if !contains(names, "durable.start") || !contains(names, "durable.decision") {
+	if !slices.Contains(names, "durable.start") || !slices.Contains(names, "durable.decision") {
 		t.Errorf("spans %v: want the start and the decision", names)
 	}
 	if len(pids) < 2 {
@@ -152,10 +153,10 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 			t.Errorf("no span of step %d", n)
 		}
 	}
-	if !contains(steps["6"], "replayed") {
+	if !slices.Contains(steps["6"], "replayed") {
 		t.Errorf("step 6 outcomes %v: want the redelivery after the crash to have replayed the commit", steps["6"])
 	}
-	if !contains(steps["5"], "parked") {
+	if !slices.Contains(steps["5"], "parked") {
 		t.Errorf("step 5 outcomes %v: want the park", steps["5"])
 	}
 
@@ -201,7 +202,7 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 	nc.Close()
 	testenv.Eventually(t, 20*time.Second, "a replayed delivery of "+id+" linked to its trace", func() bool {
 		for _, s := range runSpans(otlp.Spans(), id) {
-			if s.Name == "durable.step" && s.TraceID != traceID && contains(s.Links, traceID) {
+			if s.Name == "durable.step" && s.TraceID != traceID && slices.Contains(s.Links, traceID) {
 				return true
 			}
 		}
@@ -219,13 +220,4 @@ func runSpans(all []testenv.Span, id string) []testenv.Span {
 		}
 	}
 	return out
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
