@@ -44,6 +44,19 @@ var (
 	attrOutcome = attribute.Key("durable.outcome")
 )
 
+// underRoot is ctx with run's root span (durable.start) as the span the
+// messages published under it carry: the next step's delivery is a child
+// of the run's root, not of this delivery, so a run of two hundred steps
+// is a list under its root in a trace view, not a staircase two hundred
+// deep. Without a stored trace (started with tracing off) ctx is kept.
+func underRoot(ctx context.Context, run checkpoint.Run) context.Context {
+	root := trace.SpanContextFromContext(client.RunContext(context.Background(), run))
+	if !root.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, root)
+}
+
 // transientDelay is the wait before redelivery after a store or publish
 // error: exponential from 250ms to 30s. The step is retried, never lost,
 // never acked uncommitted.
@@ -283,7 +296,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 				return
 			}
 		}
-		if _, err := queue.PublishFanOut(ctx, w.cfg.JetStream, run, cp, done, ""); err != nil {
+		if _, err := queue.PublishFanOut(underRoot(ctx, run), w.cfg.JetStream, run, cp, done, ""); err != nil {
 			w.retryTransient(d, "publish branches", err)
 			return
 		}
@@ -295,7 +308,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 			// This worker's own commit: what the store holds is known.
 			w.sticky.put(id, run, cp)
 		}
-		if _, err := queue.PublishStep(ctx, w.cfg.JetStream, next, id); err != nil {
+		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, next, id); err != nil {
 			w.sticky.drop(run.ID)
 			w.retryTransient(d, "publish next", err)
 			return

@@ -176,6 +176,17 @@ func TestTraceAcrossCrashAndWait(t *testing.T) {
 			pays = append(pays, s)
 		}
 	}
+	// A run is a list of steps under its root, not a staircase: every
+	// step's span is a child of durable.start (or of the decision that
+	// resumed the run), never of the delivery that published it.
+	for _, s := range byID {
+		if s.Name != "durable.step" {
+			continue
+		}
+		if p := byID[s.ParentID]; p.Name != "durable.start" && p.Name != "durable.decision" {
+			t.Errorf("step %s span under %q (%s), want under the run's durable.start or its decision", s.Attrs["durable.step"], p.Name, s.ParentID)
+		}
+	}
 	if len(calls) == 0 || len(pays) == 0 {
 		t.Fatalf("%d call spans and %d payments spans in the run's trace, want both", len(calls), len(pays))
 	}
