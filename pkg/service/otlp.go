@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -106,8 +108,45 @@ func newOTLPClient(protocol string) (*otlpClient, error) {
 			tr.Protocols.SetHTTP2(true)
 		}
 	}
+	if tr.TLSClientConfig, err = otlpTLS(); err != nil {
+		return nil, err
+	}
 	c.http = &http.Client{Transport: tr}
 	return c, nil
+}
+
+// otlpTLS is the TLS configuration of an https:// endpoint: the system's
+// roots, or the CA certificates in the PEM file
+// OTEL_EXPORTER_OTLP_(TRACES_)CERTIFICATE; a client certificate from
+// _CLIENT_CERTIFICATE and _CLIENT_KEY (PEM files, both or neither). Nil
+// when none is set.
+func otlpTLS() (*tls.Config, error) {
+	ca, cert, key := otlpEnv("CERTIFICATE"), otlpEnv("CLIENT_CERTIFICATE"), otlpEnv("CLIENT_KEY")
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, Usagef("OTEL_EXPORTER_OTLP_CERTIFICATE: %v", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, Usagef("OTEL_EXPORTER_OTLP_CERTIFICATE %s: no PEM certificate in it", ca)
+		}
+	}
+	if (cert == "") != (key == "") {
+		return nil, Usagef("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together: set both or neither")
+	}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, Usagef("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_CLIENT_KEY: %v", err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
 }
 
 func (c *otlpClient) Start(context.Context) error { return nil }

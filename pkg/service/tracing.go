@@ -28,8 +28,9 @@ import (
 // OTEL_EXPORTER_OTLP_PROTOCOL: http/protobuf (the default) or grpc (see
 // otlp.go: our client, not OpenTelemetry's, to keep gRPC's dependencies
 // out of every binary). Also read: OTEL_EXPORTER_OTLP_(TRACES_)HEADERS,
-// _TIMEOUT and _COMPRESSION (gzip); TLS is the system's roots (https://
-// endpoints), a client certificate is not supported. The resource OTEL_SERVICE_NAME and
+// _TIMEOUT, _COMPRESSION (gzip), and for https:// endpoints _CERTIFICATE
+// (CA file; the system's roots without it), _CLIENT_CERTIFICATE and
+// _CLIENT_KEY (mutual TLS). The resource OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES (service.name defaults to service), the
 // sampler OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG, the batching
 // OTEL_BSP_*. W3C trace context is the propagator.

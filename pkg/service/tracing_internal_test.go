@@ -2,15 +2,28 @@ package service
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/durable-run/durable/internal/test/testenv"
 )
@@ -126,4 +139,138 @@ func TestTracingExportsOverGRPC(t *testing.T) {
 	if len(recv.services) != 1 || recv.services[0] != "durable-grpc" {
 		t.Fatalf("received spans of %v, want one of durable-grpc (the default service name)", recv.services)
 	}
+}
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 (its own CA)
+// and its key to dir, as PEM files.
+func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if pair, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile, pair
+}
+
+// mutualTLS is a server's TLS configuration with certificate server that
+// requires a client certificate signed by clientCA.
+func mutualTLS(t *testing.T, server tls.Certificate, clientCA string) *tls.Config {
+	t.Helper()
+	pemBytes, err := os.ReadFile(clientCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	return &tls.Config{Certificates: []tls.Certificate{server}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+}
+
+func TestTracingExportsOverMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCrt, _, serverPair := selfSigned(t, dir, "collector")
+	clientCrt, clientKey, _ := selfSigned(t, dir, "worker")
+
+	t.Run("http", func(t *testing.T) {
+		restartTracing(t)
+		otlp := &testenv.OTLP{}
+		srv := httptest.NewUnstartedServer(otlp)
+		srv.TLS = mutualTLS(t, serverPair, clientCrt)
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
+		t.Setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", serverCrt)
+		t.Setenv("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", clientCrt)
+		t.Setenv("OTEL_EXPORTER_OTLP_CLIENT_KEY", clientKey)
+		sendSpan(t, "durable-mtls")
+		if spans := otlp.Spans(); len(spans) != 1 || spans[0].Resource["service.name"] != "durable-mtls" {
+			t.Fatalf("received %+v, want one span of durable-mtls", spans)
+		}
+	})
+
+	t.Run("grpc", func(t *testing.T) {
+		restartTracing(t)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv := &grpcReceiver{}
+		srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(mutualTLS(t, serverPair, clientCrt))))
+		coltracepb.RegisterTraceServiceServer(srv, recv)
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(srv.Stop)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://"+lis.Addr().String())
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", serverCrt)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", clientCrt)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", clientKey)
+		sendSpan(t, "durable-grpc-mtls")
+		recv.mu.Lock()
+		defer recv.mu.Unlock()
+		if len(recv.services) != 1 || recv.services[0] != "durable-grpc-mtls" {
+			t.Fatalf("received spans of %v, want one of durable-grpc-mtls", recv.services)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		notPEM := filepath.Join(dir, "not.pem")
+		if err := os.WriteFile(notPEM, []byte("hello"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name string
+			env  map[string]string
+		}{
+			{"missing CA file", map[string]string{"OTEL_EXPORTER_OTLP_CERTIFICATE": filepath.Join(dir, "absent.pem")}},
+			{"CA file without a certificate", map[string]string{"OTEL_EXPORTER_OTLP_CERTIFICATE": notPEM}},
+			{"certificate without key", map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": clientCrt}},
+			{"key without certificate", map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_KEY": clientKey}},
+			{"key of another certificate", map[string]string{"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": serverCrt, "OTEL_EXPORTER_OTLP_CLIENT_KEY": clientKey}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				restartTracing(t)
+				t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:1")
+				for k, v := range c.env {
+					t.Setenv(k, v)
+				}
+				_, err := StartTracing(context.Background(), "x")
+				if !errors.As(err, new(UsageError)) {
+					t.Fatalf("StartTracing: %v, want a usage error", err)
+				}
+				if _, sdk := otel.GetTracerProvider().(interface{ ForceFlush(context.Context) error }); sdk {
+					t.Error("a tracer provider was installed although the TLS settings were refused")
+				}
+			})
+		}
+	})
 }

@@ -42,13 +42,15 @@ type Span struct {
 func StartOTLP(t testing.TB) *OTLP {
 	t.Helper()
 	o := &OTLP{}
-	srv := httptest.NewServer(http.HandlerFunc(o.serve))
+	srv := httptest.NewServer(o)
 	t.Cleanup(srv.Close)
 	o.URL = srv.URL
 	return o
 }
 
-func (o *OTLP) serve(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP receives OTLP/HTTP exports, for a test that serves them
+// itself (over TLS, say).
+func (o *OTLP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/traces" || r.Method != http.MethodPost {
 		http.NotFound(w, r)
 		return
