@@ -7,11 +7,26 @@ import (
 	"net"
 	"os"
 
+	"github.com/rs/zerolog"
+
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/service"
 )
+
+// TokenReloads logs what tokens.Set.Watch reports of the token file at
+// path: each reload, and each version of the file it refused (the tokens
+// in use stay as they were).
+func TokenReloads(log zerolog.Logger, path string) func(n int, err error) {
+	return func(n int, err error) {
+		if err != nil {
+			log.Error().Err(err).Str("file", path).Msg("token file not reloaded; the tokens in use are kept")
+			return
+		}
+		log.Info().Str("file", path).Int("tokens", n).Msg("token file reloaded")
+	}
+}
 
 // RunCommand is the approver command (cmd/approver, `durable approver`):
 // the approval API, the inbox page and signed external approval events,
@@ -50,6 +65,7 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if set.Len() == 0 {
 		return fmt.Errorf("token file %s holds no tokens: add one with `durable token create --file %s --id WHO --groups GROUP`", *tokenFile, *tokenFile)
 	}
+	go set.Watch(ctx, *tokenFile, tokens.WatchInterval, TokenReloads(log, *tokenFile))
 	var systems map[string]EventSystem
 	if *secretsFile != "" {
 		if systems, err = LoadEventSecrets(*secretsFile); err != nil {

@@ -399,7 +399,7 @@ func (s *Server) refused(r *http.Request, by, runID string, status int, code, ms
 		ev = ev.Str("by", by)
 	}
 	ev.Str("method", r.Method).Str("path", r.URL.Path).
-		Int("status", status).Str("code", code).Str("remote", r.RemoteAddr).Str("why", msg).Msg("approval request refused")
+		Int("status", status).Str("code", code).Str("remote", r.RemoteAddr).Str("why", msg).Msg("request refused")
 }
 
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, by, runID string, err error) {

@@ -27,7 +27,7 @@ const usage = `durable: durable execution for AI-agent runs
 Usage:
   durable demo                        the claims scenario end to end (embedded, crashes injected)
   durable dev [--data DIR] [--nats-port 4222] [--http 127.0.0.1:8080] [--workers N] [--redis URL]
-              [--metrics ADDR]
+              [--metrics ADDR] [--tokens FILE] [--trace-url URL]
   durable start WORKFLOW --id RUN [--input JSON]
   durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
                     [--past-ttl] [--stuck [--stuck-after 5m]] [--json]
@@ -41,6 +41,8 @@ Usage:
   durable signal RUN NAME [--data JSON] [--id ID] [--by WHO] [--json]
                                       deliver a named signal (kept until a step waits for it)
   durable token create --file FILE --id WHO --groups G1,G2
+  durable token revoke --file FILE --id WHO
+  durable token list --file FILE [--json]
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
                 [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--durability default|strict]
                 [--json] [--profile DIR]
@@ -48,6 +50,7 @@ Usage:
   durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--blob-retention D] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
+                   [--trace-url URL]
 
 Connection flags (every command): --nats URL (DURABLE_NATS_URL, default
 nats://127.0.0.1:4222; several comma-separated for a cluster), --redis URL

@@ -69,7 +69,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if err := p.startApprover(ctx, env, tokPath); err != nil {
+	if err := p.startApprover(ctx, env, tokPath, o.traceURL); err != nil {
 		return err
 	}
 	printDevBanner(stdout, env, o, dir, tokNote)
@@ -85,9 +85,9 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // devOptions are the flags of `durable dev`.
 type devOptions struct {
-	data, httpAddr, redisURL, metricsAddr, tokenFile string
-	natsPort, workers, concurrency                   int
-	ackWait                                          time.Duration
+	data, httpAddr, redisURL, metricsAddr, tokenFile, traceURL string
+	natsPort, workers, concurrency                             int
+	ackWait                                                    time.Duration
 }
 
 func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
@@ -95,14 +95,15 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	fs := service.NewFlagSet("durable dev", stderr)
 	fs.StringVar(&o.data, "data", ".durable", "data directory (JetStream store, payments records)")
 	fs.IntVar(&o.natsPort, "nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
-	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "address of the demo payments API (/demo/payments)")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "address of the approver (inbox /, runs pages /runs and /dlq, /api/approvals, /api/runs) and the demo APIs (/demo/payments, /demo/claims)")
 	fs.IntVar(&o.workers, "workers", 2, "in-process workers")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "steps each worker runs at once")
 	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	// The env default is read after parsing so that -h never prints it.
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
-	fs.StringVar(&o.tokenFile, "tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token)")
+	fs.StringVar(&o.tokenFile, "tokens", "", "approver token file (default: DATA/tokens.json, created with a dev token; re-read when it changes)")
+	fs.StringVar(&o.traceURL, "trace-url", "", "link a run's page to its trace: a URL with {trace_id}, e.g. http://127.0.0.1:16686/trace/{trace_id} (env DURABLE_TRACE_URL)")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return o, err
@@ -112,6 +113,9 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	}
 	if o.redisURL == "" {
 		o.redisURL = os.Getenv("DURABLE_REDIS_URL")
+	}
+	if o.traceURL == "" {
+		o.traceURL = os.Getenv("DURABLE_TRACE_URL")
 	}
 	if o.workers < 0 || o.workers > 64 {
 		return o, service.Usagef("dev: --workers must be between 0 and 64")
@@ -205,7 +209,7 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 	return nil
 }
 
-func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath string) error {
+func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath, traceURL string) error {
 	alog := service.NewLogger(p.stderr, "approver")
 	s, err := p.open(ctx, "durable-dev-approver", alog)
 	if err != nil {
@@ -215,7 +219,11 @@ func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath s
 	if err != nil {
 		return err
 	}
-	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: os.Getenv("DURABLE_TRACE_URL")})
+	p.run(ctx, func(ctx context.Context) error {
+		set.Watch(ctx, tokPath, tokens.WatchInterval, approver.TokenReloads(alog, tokPath))
+		return nil
+	})
+	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: traceURL})
 	if err != nil {
 		return err
 	}
@@ -239,7 +247,7 @@ func printDevBanner(stdout io.Writer, env *devenv.Env, o devOptions, dir, tokNot
   data            %s
   workers         %d in-process
   scheduler       in-process (expired waits, timers, stuck runs)
-  approver        %s/  (inbox page and /api/approvals; %s)
+  approver        %s/  (inbox; runs at /runs, dead letters at /dlq; /api/approvals, /api/runs; %s)
 Try:
   durable start claim --id claim-0001
   durable runs list
@@ -250,7 +258,8 @@ Ctrl-C stops.
 
 // devTokens returns the approver's token file for `durable dev`. Without
 // --tokens it is DATA/tokens.json, created on first start with a token for
-// dev-adjuster (groups adjusters and supervisors), which is also kept in
+// dev-adjuster (groups adjusters, supervisors and operators: it decides
+// approvals and reads, cancels and redrives runs), which is also kept in
 // DATA/dev-token (mode 0600) so that it can be found again after a restart.
 func devTokens(dir, flagPath string) (path, note string, err error) {
 	if flagPath != "" {
@@ -259,7 +268,7 @@ func devTokens(dir, flagPath string) (path, note string, err error) {
 	path = filepath.Join(dir, "tokens.json")
 	tokPath := filepath.Join(dir, "dev-token")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		tok, err := tokens.Create(path, "dev-adjuster", []string{"adjusters", "supervisors"})
+		tok, err := tokens.Create(path, "dev-adjuster", []string{"adjusters", "supervisors", "operators"})
 		if err != nil {
 			return "", "", err
 		}

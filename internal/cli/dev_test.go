@@ -192,6 +192,40 @@ func TestDevEndToEnd(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK || l.Count != 1 || len(l.Payments) != 1 {
 		t.Errorf("GET /demo/payments: status %d, err %v, %+v", resp.StatusCode, err, l)
 	}
+	// The dev token reads runs (it is an operator), and the token file
+	// is followed while dev runs: a token created works, a revoked one
+	// stops working, without a restart.
+	if !strings.Contains(dev.out.String(), "/runs") {
+		t.Errorf("the banner does not point at the runs pages:\n%s", dev.out)
+	}
+	devTok, err := os.ReadFile(filepath.Join(data, "dev-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	getRun := func(tok string) int {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/api/runs/"+id, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := getRun(strings.TrimSpace(string(devTok))); code != http.StatusOK {
+		t.Errorf("GET /api/runs/%s with the dev token: %d, want 200", id, code)
+	}
+	tokFile := filepath.Join(data, "tokens.json")
+	r := runCLI("token", "create", "--file", tokFile, "--id", "pat", "--groups", "operators")
+	if r.code != 0 {
+		t.Fatalf("token create: %s", r)
+	}
+	patTok := strings.TrimSpace(r.stdout)
+	testenv.Eventually(t, 10*time.Second, "the new token accepted without a restart", func() bool { return getRun(patTok) == http.StatusOK })
+	if r := runCLI("token", "revoke", "--file", tokFile, "--id", "pat"); r.code != 0 {
+		t.Fatalf("token revoke: %s", r)
+	}
+	testenv.Eventually(t, 10*time.Second, "the revoked token refused without a restart", func() bool { return getRun(patTok) == http.StatusUnauthorized })
 	dev.stop(t, syscall.SIGTERM)
 
 	dev = startDev(t, bin, args...)

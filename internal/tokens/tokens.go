@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,9 +67,10 @@ type file struct {
 	Tokens []Entry `json:"tokens"`
 }
 
-// Set is a loaded token file. It is read-only and safe for concurrent use.
+// Set is a loaded token file, safe for concurrent use. Watch keeps it in
+// step with its file.
 type Set struct {
-	entries []entry
+	entries atomic.Pointer[[]entry]
 }
 
 type entry struct {
@@ -115,6 +117,39 @@ func Create(path, id string, groups []string) (string, error) {
 	return tok, nil
 }
 
+// ErrUnknownID: the file has no token for that identity.
+var ErrUnknownID = errors.New("no token for that identity")
+
+// Revoke removes the token of id from the file at path (replaced
+// atomically). An approver watching the file refuses it within
+// WatchInterval.
+func Revoke(path, id string) error {
+	id = strings.TrimSpace(id)
+	if err := validID(id); err != nil {
+		return err
+	}
+	f, err := read(path)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(f.Tokens, func(e Entry) bool { return e.ID == id })
+	if i < 0 {
+		return fmt.Errorf("%s: %q: %w", path, id, ErrUnknownID)
+	}
+	f.Tokens = slices.Delete(f.Tokens, i, i+1)
+	return write(path, f)
+}
+
+// Entries are the file's tokens (identities, groups, digests and
+// creation times: never a token).
+func Entries(path string) ([]Entry, error) {
+	f, err := read(path)
+	if err != nil {
+		return nil, err
+	}
+	return f.Tokens, nil
+}
+
 // Load reads and validates the token file at path.
 func Load(path string) (*Set, error) {
 	f, err := read(path)
@@ -124,7 +159,7 @@ func Load(path string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Set{}
+	var entries []entry
 	ids := map[string]bool{}
 	digests := map[[sha256.Size]byte]string{}
 	for i, e := range f.Tokens {
@@ -151,8 +186,10 @@ func Load(path string) (*Set, error) {
 			return nil, fmt.Errorf("%s (%s): %w: same sha256 as %s: a token stands for one identity, create a new one with `durable token create`", where, e.ID, ErrInvalid, other)
 		}
 		digests[d] = e.ID
-		s.entries = append(s.entries, entry{id: Identity{ID: e.ID, Groups: groups}, digest: d})
+		entries = append(entries, entry{id: Identity{ID: e.ID, Groups: groups}, digest: d})
 	}
+	s := &Set{}
+	s.entries.Store(&entries)
 	return s, nil
 }
 
@@ -164,16 +201,17 @@ func (s *Set) Lookup(token string) (Identity, bool) {
 		return Identity{}, false
 	}
 	sum := sha256.Sum256([]byte(token))
+	entries := s.list()
 	found := -1
-	for i := range s.entries {
-		if subtle.ConstantTimeCompare(sum[:], s.entries[i].digest[:]) == 1 {
+	for i := range entries {
+		if subtle.ConstantTimeCompare(sum[:], entries[i].digest[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return Identity{}, false
 	}
-	id := s.entries[found].id
+	id := entries[found].id
 	id.Groups = slices.Clone(id.Groups)
 	return id, true
 }
@@ -183,7 +221,14 @@ func (s *Set) Len() int {
 	if s == nil {
 		return 0
 	}
-	return len(s.entries)
+	return len(s.list())
+}
+
+func (s *Set) list() []entry {
+	if p := s.entries.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func validID(id string) error {

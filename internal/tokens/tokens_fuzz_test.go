@@ -42,11 +42,11 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		if len(bytes.TrimSpace(data)) > 0 && !json.Valid(data) {
-			t.Fatalf("loaded %d tokens from a file that is not one JSON value: %q", len(s.entries), data)
+			t.Fatalf("loaded %d tokens from a file that is not one JSON value: %q", len(s.list()), data)
 		}
 		seen := map[string]bool{}
 		digests := map[[32]byte]string{}
-		for _, e := range s.entries {
+		for _, e := range s.list() {
 			id := e.id
 			if validID(id.ID) != nil || seen[id.ID] {
 				t.Fatalf("loaded identity %q (seen before: %t)", id.ID, seen[id.ID])
@@ -65,8 +65,8 @@ func FuzzLoad(f *testing.F) {
 			}
 			digests[e.digest] = id.ID
 		}
-		if s.Len() != len(s.entries) {
-			t.Fatalf("Len %d, %d entries", s.Len(), len(s.entries))
+		if s.Len() != len(s.list()) {
+			t.Fatalf("Len %d, %d entries", s.Len(), len(s.list()))
 		}
 	})
 }

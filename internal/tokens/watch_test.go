@@ -1,0 +1,193 @@
+package tokens_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/tokens"
+)
+
+// reports records what Watch reports.
+type reports struct {
+	mu   sync.Mutex
+	errs []error
+	ns   []int
+}
+
+func (r *reports) add(n int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ns = append(r.ns, n)
+	r.errs = append(r.errs, err)
+}
+
+func (r *reports) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ns)
+}
+
+func (r *reports) last() (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ns[len(r.ns)-1], r.errs[len(r.errs)-1]
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("not within 5s: %s", what)
+}
+
+// replace writes content to path as one change (a temp file renamed).
+func replace(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A running approver's tokens follow the file: a token created works and
+// one revoked stops working without a restart; a broken file changes
+// nothing until it is mended.
+func TestWatchFollowsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tokens.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	var r reports
+	go func() { set.Watch(ctx, path, 10*time.Millisecond, r.add); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+
+	pat, err := tokens.Create(path, "pat", []string{"operators"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the created token works", func() bool {
+		who, ok := set.Lookup(pat)
+		return ok && who.ID == "pat"
+	})
+	if n, err := r.last(); n != 2 || err != nil {
+		t.Errorf("reported %d, %v after a create; want 2 tokens", n, err)
+	}
+
+	if err := tokens.Revoke(path, "ana"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the revoked token is refused", func() bool {
+		_, ok := set.Lookup(ana)
+		return !ok
+	})
+	if _, ok := set.Lookup(pat); !ok {
+		t.Error("revoking ana revoked pat too")
+	}
+
+	// A broken file: the tokens in use stay, the refusal is reported once.
+	before := r.count()
+	replace(t, path, `{"tokens": [`)
+	eventually(t, "the broken file reported", func() bool { return r.count() > before })
+	if n, err := r.last(); n != 0 || err == nil {
+		t.Errorf("reported %d, %v for a broken file; want an error", n, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := r.count(); got != before+1 {
+		t.Errorf("%d reports for one broken version of the file, want 1", got-before)
+	}
+	if _, ok := set.Lookup(pat); !ok || set.Len() != 1 {
+		t.Errorf("a broken file changed the tokens in use (%d)", set.Len())
+	}
+
+	// Empty (an editor rewriting it in place): the same.
+	before = r.count()
+	replace(t, path, "")
+	eventually(t, "the empty file reported", func() bool { return r.count() > before })
+	if _, ok := set.Lookup(pat); !ok {
+		t.Error("an empty file revoked the tokens in use")
+	}
+
+	// Removed: the same. Back: reloaded.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the missing file reported", func() bool { _, err := r.last(); return errors.Is(err, os.ErrNotExist) })
+	if _, ok := set.Lookup(pat); !ok {
+		t.Error("a missing file revoked the tokens in use")
+	}
+	bo, err := tokens.Create(path, "bo", []string{"adjusters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new file loaded", func() bool { _, ok := set.Lookup(bo); return ok })
+	if _, ok := set.Lookup(pat); ok {
+		t.Error("pat's token works although the file no longer has it")
+	}
+}
+
+func TestRevokeAndEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	for _, id := range []string{"ana", "bo", "cy"} {
+		if _, err := tokens.Create(path, id, []string{"adjusters"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tokens.Revoke(path, "bo"); err != nil {
+		t.Fatal(err)
+	}
+	es, err := tokens.Entries(path)
+	if err != nil || len(es) != 2 || es[0].ID != "ana" || es[1].ID != "cy" {
+		t.Fatalf("entries after revoking bo: %+v, %v", es, err)
+	}
+	before, _ := os.ReadFile(path)
+	if err := tokens.Revoke(path, "bo"); !errors.Is(err, tokens.ErrUnknownID) {
+		t.Errorf("revoke bo twice: %v, want ErrUnknownID", err)
+	}
+	if err := tokens.Revoke(path, "bad id"); !errors.Is(err, tokens.ErrInvalid) {
+		t.Errorf("revoke an invalid id: %v, want ErrInvalid", err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("a refused revoke changed the file")
+	}
+	if err := tokens.Revoke(filepath.Join(t.TempDir(), "absent.json"), "ana"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("revoke in a missing file: %v, want not exist", err)
+	}
+}
+
+// {"tokens": []} is not an empty file: it revokes every token.
+func TestWatchRevokesAll(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tokens.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go set.Watch(ctx, path, 10*time.Millisecond, nil)
+	if err := tokens.Revoke(path, "ana"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the last token revoked", func() bool { _, ok := set.Lookup(ana); return !ok })
+}
