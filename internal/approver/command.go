@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -65,7 +66,10 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 	if set.Len() == 0 {
 		return fmt.Errorf("token file %s holds no tokens: add one with `durable token create --file %s --id WHO --groups GROUP`", *tokenFile, *tokenFile)
 	}
-	go set.Watch(ctx, *tokenFile, tokens.WatchInterval, TokenReloads(log, *tokenFile))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { set.Watch(watchCtx, *tokenFile, tokens.WatchInterval, TokenReloads(log, *tokenFile)) })
+	defer func() { stopWatch(); watching.Wait() }()
 	var systems map[string]EventSystem
 	if *secretsFile != "" {
 		if systems, err = LoadEventSecrets(*secretsFile); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -77,7 +78,7 @@ func tokenRevoke(args []string, stderr io.Writer) error {
 		return service.Usagef("token revoke: --file FILE and --id WHO are required")
 	}
 	if err := tokens.Revoke(*file, *id); err != nil {
-		if errors.Is(err, tokens.ErrInvalid) || errors.Is(err, tokens.ErrUnknownID) {
+		if errors.Is(err, tokens.ErrInvalid) || errors.Is(err, tokens.ErrUnknownID) || errors.Is(err, os.ErrNotExist) {
 			return service.UsageError{Msg: "token revoke: " + err.Error()}
 		}
 		return fmt.Errorf("token revoke: %w", err)
@@ -109,6 +110,9 @@ func tokenList(args []string, stdout, stderr io.Writer) error {
 		return service.Usagef("token list: --file FILE is required")
 	}
 	entries, err := tokens.Entries(*file)
+	if errors.Is(err, os.ErrNotExist) {
+		return service.UsageError{Msg: "token list: " + err.Error()}
+	}
 	if err != nil {
 		return fmt.Errorf("token list: %w", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -71,6 +72,7 @@ type file struct {
 // step with its file.
 type Set struct {
 	entries atomic.Pointer[[]entry]
+	file    os.FileInfo // the version of the file loaded; nil if missing
 }
 
 type entry struct {
@@ -91,7 +93,7 @@ func Create(path, id string, groups []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := read(path)
+	f, err := readValid(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		f, err = &file{}, nil
 	}
@@ -128,7 +130,7 @@ func Revoke(path, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
-	f, err := read(path)
+	f, err := readValid(path)
 	if err != nil {
 		return err
 	}
@@ -150,15 +152,47 @@ func Entries(path string) ([]Entry, error) {
 	return f.Tokens, nil
 }
 
-// Load reads and validates the token file at path.
-func Load(path string) (*Set, error) {
+// readValid reads the file at path and refuses it as Load would: a file
+// the approver cannot load is not rewritten (a revoke written into it
+// would not take effect).
+func readValid(path string) (*file, error) {
 	f, err := read(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("token file %s does not exist: create it with `durable token create --file %s --id WHO --groups GROUP`", path, path)
-	}
 	if err != nil {
 		return nil, err
 	}
+	if _, err := parse(path, f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Load reads and validates the token file at path.
+func Load(path string) (*Set, error) {
+	s, _, err := load(path)
+	return s, err
+}
+
+// load is Load, with the file as read.
+func load(path string) (*Set, *file, error) {
+	fi, _ := os.Stat(path) // before the read: Watch starts from this version
+	f, err := read(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("token file %s does not exist: create it with `durable token create --file %s --id WHO --groups GROUP`", path, path)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := parse(path, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Set{file: fi}
+	s.entries.Store(&entries)
+	return s, f, nil
+}
+
+// parse validates f, the token file at path, and returns its entries.
+func parse(path string, f *file) ([]entry, error) {
 	var entries []entry
 	ids := map[string]bool{}
 	digests := map[[sha256.Size]byte]string{}
@@ -188,9 +222,7 @@ func Load(path string) (*Set, error) {
 		digests[d] = e.ID
 		entries = append(entries, entry{id: Identity{ID: e.ID, Groups: groups}, digest: d})
 	}
-	s := &Set{}
-	s.entries.Store(&entries)
-	return s, nil
+	return entries, nil
 }
 
 // Lookup returns the identity token stands for. It compares digests in
@@ -283,9 +315,34 @@ func read(path string) (*file, error) {
 	return f, nil
 }
 
+// keepMode gives tmp the mode and owner of the file at path (an approver
+// running as another user must still read it after a revoke), or 0600
+// and ours for a new file.
+func keepMode(tmp *os.File, path string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return tmp.Chmod(0o600)
+	}
+	if err != nil {
+		return err
+	}
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		return err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (int(st.Uid) != os.Getuid() || int(st.Gid) != os.Getgid()) {
+		if err := tmp.Chown(int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("keep the owner of %s (%d:%d): %w", path, st.Uid, st.Gid, err)
+		}
+	}
+	return nil
+}
+
 // write replaces path atomically: a temp file in the same directory,
 // fsynced, renamed over path, and the directory fsynced.
 func write(path string, f *file) error {
+	if f.Tokens == nil {
+		f.Tokens = []Entry{} // "tokens": [], not null: Watch tells them apart
+	}
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
@@ -297,7 +354,7 @@ func write(path string, f *file) error {
 		return fmt.Errorf("write token file: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // no-op after the rename
-	if err := tmp.Chmod(0o600); err != nil {
+	if err := keepMode(tmp, path); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write token file: %w", err)
 	}

@@ -17,14 +17,16 @@ const WatchInterval = 2 * time.Second
 // works, and one revoked stops working, within an interval, without a
 // restart. A file that does not load (a hand edit half done, a syntax
 // error, a missing file) leaves the tokens in use as they are, until the
-// file changes again; so does an empty file (a file being rewritten in
-// place), while {"tokens": []} revokes every token. report, if not nil, is told of each reload (the
-// number of tokens, nil) and each refusal (0, the error).
+// file changes again; so does a file without a tokens list (blank, being
+// rewritten in place), while {"tokens": []} revokes every token. Watch
+// starts from the version of the file that Load read. report, if not nil,
+// is told of each reload (the number of tokens, nil) and each refusal (0,
+// the error).
 func (s *Set) Watch(ctx context.Context, path string, interval time.Duration, report func(n int, err error)) {
 	if report == nil {
 		report = func(int, error) {}
 	}
-	last, _ := os.Stat(path)
+	last := s.file
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -42,16 +44,16 @@ func (s *Set) Watch(ctx context.Context, path string, interval time.Duration, re
 			report(0, err)
 			continue
 		}
-		if fi.Size() == 0 {
-			// Truncated by an editor that writes in place, most likely
-			// about to be written: revoking every token meanwhile would
-			// lock everyone out. {"tokens": []} revokes them all.
-			report(0, fmt.Errorf("token file %s is empty", path))
-			continue
-		}
-		loaded, err := Load(path)
+		loaded, f, err := load(path)
 		if err != nil {
 			report(0, err)
+			continue
+		}
+		if f.Tokens == nil {
+			// Empty or blank (an editor rewriting it in place, most
+			// likely), {} or {"tokens": null}: revoking every token
+			// meanwhile would lock everyone out.
+			report(0, fmt.Errorf("token file %s has no tokens list; {\"tokens\": []} revokes every token", path))
 			continue
 		}
 		s.entries.Store(loaded.entries.Load())

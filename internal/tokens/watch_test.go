@@ -3,12 +3,15 @@ package tokens_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/internal/tokens"
 )
 
@@ -38,14 +41,9 @@ func (r *reports) last() (int, error) {
 	return r.ns[len(r.ns)-1], r.errs[len(r.errs)-1]
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("not within 5s: %s", what)
+	testenv.Eventually(t, 5*time.Second, what, cond)
 }
 
 // replace writes content to path as one change (a temp file renamed).
@@ -85,7 +83,7 @@ func TestWatchFollowsTheFile(t *testing.T) {
 	}
 	eventually(t, "the created token works", func() bool {
 		who, ok := set.Lookup(pat)
-		return ok && who.ID == "pat"
+		return ok && who.ID == "pat" && r.count() > 0
 	})
 	if n, err := r.last(); n != 2 || err != nil {
 		t.Errorf("reported %d, %v after a create; want 2 tokens", n, err)
@@ -117,12 +115,15 @@ func TestWatchFollowsTheFile(t *testing.T) {
 		t.Errorf("a broken file changed the tokens in use (%d)", set.Len())
 	}
 
-	// Empty (an editor rewriting it in place): the same.
-	before = r.count()
-	replace(t, path, "")
-	eventually(t, "the empty file reported", func() bool { return r.count() > before })
-	if _, ok := set.Lookup(pat); !ok {
-		t.Error("an empty file revoked the tokens in use")
+	// No tokens list (an editor rewriting it in place, a stray {}): the
+	// same. Only {"tokens": []} revokes everyone (TestWatchRevokesAll).
+	for _, content := range []string{"", "\n", "{}", "null", `{"tokens": null}`} {
+		before = r.count()
+		replace(t, path, content)
+		eventually(t, fmt.Sprintf("the file %q reported", content), func() bool { return r.count() > before })
+		if _, ok := set.Lookup(pat); !ok {
+			t.Errorf("a file %q revoked the tokens in use", content)
+		}
 	}
 
 	// Removed: the same. Back: reloaded.
@@ -184,10 +185,70 @@ func TestWatchRevokesAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go set.Watch(ctx, path, 10*time.Millisecond, nil)
+	stopped := make(chan struct{})
+	go func() { set.Watch(ctx, path, 10*time.Millisecond, nil); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
 	if err := tokens.Revoke(path, "ana"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the last token revoked", func() bool { _, ok := set.Lookup(ana); return !ok })
+}
+
+// Watch starts from the version of the file Load read: a revoke between
+// Load and Watch's start is not missed.
+func TestWatchStartsFromTheLoadedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Create(path, "bo", []string{"adjusters"}); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tokens.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Revoke(path, "ana"); err != nil { // before Watch runs
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { set.Watch(ctx, path, 10*time.Millisecond, nil); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	eventually(t, "the revoke made before Watch started", func() bool { _, ok := set.Lookup(ana); return !ok })
+}
+
+// A revoke keeps the file readable by whoever read it before (its mode),
+// and refuses to rewrite a file the approver could not load.
+func TestRevokeKeepsModeAndRefusesBadFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	for _, id := range []string{"ana", "bo"} {
+		if _, err := tokens.Create(path, id, []string{"adjusters"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Revoke(path, "ana"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode after a revoke: %v, %v; want 0640 as before", fi.Mode().Perm(), err)
+	}
+	// An entry the approver refuses (a token in place of its digest).
+	bad := `{"tokens": [{"id": "bo", "groups": ["adjusters"], "sha256": "dur_plain", "created_at": "2026-01-01T00:00:00Z"}, {"id": "cy", "groups": ["adjusters"], "sha256": "` + strings.Repeat("a", 64) + `", "created_at": "2026-01-01T00:00:00Z"}]}`
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tokens.Revoke(path, "cy"); !errors.Is(err, tokens.ErrInvalid) {
+		t.Errorf("revoke in a file that does not load: %v, want ErrInvalid", err)
+	}
+	if _, err := tokens.Create(path, "dee", []string{"adjusters"}); !errors.Is(err, tokens.ErrInvalid) {
+		t.Errorf("create in a file that does not load: %v, want ErrInvalid", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != bad {
+		t.Error("a file that does not load was rewritten")
+	}
 }

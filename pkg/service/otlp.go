@@ -44,11 +44,14 @@ type otlpClient struct {
 }
 
 // otlpEnv reads OTEL_EXPORTER_OTLP_TRACES_<name>, else OTEL_EXPORTER_OTLP_<name>.
-func otlpEnv(name string) string {
-	if v := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_" + name); v != "" {
-		return v
+func otlpEnv(name string) string { return os.Getenv(otlpVar(name)) }
+
+// otlpVar is the variable otlpEnv(name) reads, for errors.
+func otlpVar(name string) string {
+	if os.Getenv("OTEL_EXPORTER_OTLP_TRACES_"+name) != "" {
+		return "OTEL_EXPORTER_OTLP_TRACES_" + name
 	}
-	return os.Getenv("OTEL_EXPORTER_OTLP_" + name)
+	return "OTEL_EXPORTER_OTLP_" + name
 }
 
 // newOTLPClient configures a client for protocol ("grpc" or
@@ -80,14 +83,14 @@ func newOTLPClient(protocol string) (*otlpClient, error) {
 		uk, err1 := url.QueryUnescape(strings.TrimSpace(k))
 		uv, err2 := url.QueryUnescape(strings.TrimSpace(v))
 		if err1 != nil || err2 != nil {
-			return nil, Usagef("OTEL_EXPORTER_OTLP_HEADERS: %q is not key=value with URL-encoded parts", kv)
+			return nil, Usagef("%s: %q is not key=value with URL-encoded parts", otlpVar("HEADERS"), kv)
 		}
 		c.headers.Set(uk, uv)
 	}
 	if t := otlpEnv("TIMEOUT"); t != "" {
 		ms, err := strconv.Atoi(t)
 		if err != nil || ms <= 0 {
-			return nil, Usagef("OTEL_EXPORTER_OTLP_TIMEOUT %q: want milliseconds", t)
+			return nil, Usagef("%s %q: want milliseconds", otlpVar("TIMEOUT"), t)
 		}
 		c.timeout = time.Duration(ms) * time.Millisecond
 	}
@@ -96,7 +99,7 @@ func newOTLPClient(protocol string) (*otlpClient, error) {
 	case "gzip":
 		c.gzip = true
 	default:
-		return nil, Usagef("OTEL_EXPORTER_OTLP_COMPRESSION %q: want gzip or none", comp)
+		return nil, Usagef("%s %q: want gzip or none", otlpVar("COMPRESSION"), comp)
 	}
 	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true}
 	if c.grpc {
@@ -129,20 +132,20 @@ func otlpTLS() (*tls.Config, error) {
 	if ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, Usagef("OTEL_EXPORTER_OTLP_CERTIFICATE: %v", err)
+			return nil, Usagef("%s: %v", otlpVar("CERTIFICATE"), err)
 		}
 		conf.RootCAs = x509.NewCertPool()
 		if !conf.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, Usagef("OTEL_EXPORTER_OTLP_CERTIFICATE %s: no PEM certificate in it", ca)
+			return nil, Usagef("%s %s: no PEM certificate in it", otlpVar("CERTIFICATE"), ca)
 		}
 	}
 	if (cert == "") != (key == "") {
-		return nil, Usagef("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY go together: set both or neither")
+		return nil, Usagef("%s and %s go together: set both or neither", otlpVar("CLIENT_CERTIFICATE"), otlpVar("CLIENT_KEY"))
 	}
 	if cert != "" {
 		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, Usagef("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_CLIENT_KEY: %v", err)
+			return nil, Usagef("%s and %s: %v", otlpVar("CLIENT_CERTIFICATE"), otlpVar("CLIENT_KEY"), err)
 		}
 		conf.Certificates = []tls.Certificate{pair}
 	}
