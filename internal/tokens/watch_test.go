@@ -58,6 +58,14 @@ func replace(t *testing.T, path, content string) {
 	}
 }
 
+// watch runs set.Watch on path until the test ends, looking every 10ms.
+func watch(t *testing.T, set *tokens.Set, path string, report func(int, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { set.Watch(ctx, path, 10*time.Millisecond, report); close(stopped) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+}
+
 // A running approver's tokens follow the file: a token created works and
 // one revoked stops working without a restart; a broken file changes
 // nothing until it is mended.
@@ -71,11 +79,8 @@ func TestWatchFollowsTheFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
 	var r reports
-	go func() { set.Watch(ctx, path, 10*time.Millisecond, r.add); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
+	watch(t, set, path, r.add)
 
 	pat, err := tokens.Create(path, "pat", []string{"operators"})
 	if err != nil {
@@ -184,10 +189,7 @@ func TestWatchRevokesAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { set.Watch(ctx, path, 10*time.Millisecond, nil); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
+	watch(t, set, path, nil)
 	if err := tokens.Revoke(path, "ana"); err != nil {
 		t.Fatal(err)
 	}
@@ -212,10 +214,7 @@ func TestWatchStartsFromTheLoadedFile(t *testing.T) {
 	if err := tokens.Revoke(path, "ana"); err != nil { // before Watch runs
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan struct{})
-	go func() { set.Watch(ctx, path, 10*time.Millisecond, nil); close(stopped) }()
-	t.Cleanup(func() { cancel(); <-stopped })
+	watch(t, set, path, nil)
 	eventually(t, "the revoke made before Watch started", func() bool { _, ok := set.Lookup(ana); return !ok })
 }
 
