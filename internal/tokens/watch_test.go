@@ -58,6 +58,31 @@ func replace(t *testing.T, path, content string) {
 	}
 }
 
+// tokenFile creates a token file with a token of group adjusters for each
+// of ids, and returns its path and the tokens.
+func tokenFile(t *testing.T, ids ...string) (string, []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	var toks []string
+	for _, id := range ids {
+		tok, err := tokens.Create(path, id, []string{"adjusters"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks = append(toks, tok)
+	}
+	return path, toks
+}
+
+func load(t *testing.T, path string) *tokens.Set {
+	t.Helper()
+	set, err := tokens.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
 // watch runs set.Watch on path until the test ends, looking every 10ms.
 func watch(t *testing.T, set *tokens.Set, path string, report func(int, error)) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -70,15 +95,8 @@ func watch(t *testing.T, set *tokens.Set, path string, report func(int, error)) 
 // one revoked stops working without a restart; a broken file changes
 // nothing until it is mended.
 func TestWatchFollowsTheFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.json")
-	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tokens.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, toks := tokenFile(t, "ana")
+	ana, set := toks[0], load(t, path)
 	var r reports
 	watch(t, set, path, r.add)
 
@@ -150,12 +168,7 @@ func TestWatchFollowsTheFile(t *testing.T) {
 }
 
 func TestRevokeAndEntries(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.json")
-	for _, id := range []string{"ana", "bo", "cy"} {
-		if _, err := tokens.Create(path, id, []string{"adjusters"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path, _ := tokenFile(t, "ana", "bo", "cy")
 	if err := tokens.Revoke(path, "bo"); err != nil {
 		t.Fatal(err)
 	}
@@ -180,15 +193,8 @@ func TestRevokeAndEntries(t *testing.T) {
 
 // {"tokens": []} is not an empty file: it revokes every token.
 func TestWatchRevokesAll(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.json")
-	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := tokens.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, toks := tokenFile(t, "ana")
+	ana, set := toks[0], load(t, path)
 	watch(t, set, path, nil)
 	if err := tokens.Revoke(path, "ana"); err != nil {
 		t.Fatal(err)
@@ -199,18 +205,8 @@ func TestWatchRevokesAll(t *testing.T) {
 // Watch starts from the version of the file Load read: a revoke between
 // Load and Watch's start is not missed.
 func TestWatchStartsFromTheLoadedFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.json")
-	ana, err := tokens.Create(path, "ana", []string{"adjusters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tokens.Create(path, "bo", []string{"adjusters"}); err != nil {
-		t.Fatal(err)
-	}
-	set, err := tokens.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, toks := tokenFile(t, "ana", "bo")
+	ana, set := toks[0], load(t, path)
 	if err := tokens.Revoke(path, "ana"); err != nil { // before Watch runs
 		t.Fatal(err)
 	}
@@ -221,12 +217,7 @@ func TestWatchStartsFromTheLoadedFile(t *testing.T) {
 // A revoke keeps the file readable by whoever read it before (its mode),
 // and refuses to rewrite a file the approver could not load.
 func TestRevokeKeepsModeAndRefusesBadFiles(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tokens.json")
-	for _, id := range []string{"ana", "bo"} {
-		if _, err := tokens.Create(path, id, []string{"adjusters"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path, _ := tokenFile(t, "ana", "bo")
 	if err := os.Chmod(path, 0o640); err != nil {
 		t.Fatal(err)
 	}
