@@ -88,8 +88,8 @@ func TestSignalThroughAPI(t *testing.T) {
 	if err := json.Unmarshal(h.lastState("ship-a"), &st); err != nil || string(st.Delivered) != `{"pod":"J. Doe"}` || st.By != "ana" {
 		t.Fatalf("state %+v (%v)", st, err)
 	}
-	if n := len(done.Signals); n != 1 || done.Signals[0].ConsumedBy != 1 {
-		t.Fatalf("signals %+v", done.Signals)
+	if n := len(done.Consumed); n != 1 || done.Consumed[0].Step != 1 || done.Consumed[0].ID != "carrier-1" || len(done.Signals) != 0 {
+		t.Fatalf("signals %+v, consumed %+v", done.Signals, done.Consumed)
 	}
 	status, _, body = h.do(http.MethodPost, "/api/runs/ship-a/signals/delivered", tok, `{"data": {"pod": "J. Doe"}, "id": "carrier-1"}`, nil)
 	if status != http.StatusOK || json.Unmarshal(body, &res) != nil || !res.Duplicate {

@@ -2,9 +2,12 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -100,9 +103,14 @@ type Run struct {
 	FailedBranch int `json:"failed_branch,omitempty"`
 	// Parent is set on a child run: the run and step that started it.
 	Parent *ParentRef `json:"parent,omitempty"`
-	// Signals holds every signal delivered to the run, oldest first,
-	// pending or consumed, and the expiries of waits for one.
+	// Signals holds the signals delivered to the run that no step
+	// consumed yet, oldest first, and the expiries of waits for one that
+	// no step read yet. A step's commit moves what it read off the
+	// record (ConsumeSignals).
 	Signals []Signal `json:"signals,omitempty"`
+	// Consumed remembers the newest MaxConsumedSignals signals that steps
+	// consumed, without their data: a retry of one is a duplicate.
+	Consumed []ConsumedSignal `json:"consumed_signals,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
 	// Audit records every event of the run's waits: parks, decisions,
@@ -147,10 +155,76 @@ type Signal struct {
 	At      time.Time       `json:"at"`
 	// Expired marks the expiry of a wait for Name: no signal came in time.
 	Expired bool `json:"expired,omitempty"`
-	// ConsumedBy is the step whose commit consumed it, under the run's
-	// generation ConsumedGen; 0 while it is pending.
+	// ConsumedBy is the step that consumed it (under the run's generation
+	// ConsumedGen), 0 while it is pending. On a run record it is set only
+	// by versions before consumed signals left the record (Run.Consumed);
+	// ConsumeSignals moves such signals when the run is next written.
+	// Views of a run (client.RunView) set it on the consumed ones.
 	ConsumedBy  int `json:"consumed_by,omitempty"`
 	ConsumedGen int `json:"consumed_gen,omitempty"`
+}
+
+// ConsumedSignal is what a run keeps of a signal a step consumed: enough
+// to answer a retry of it (same id) as a duplicate, or to refuse the id
+// with other data, and to say which step took it.
+type ConsumedSignal struct {
+	ID   string    `json:"id"`
+	Name string    `json:"name"`
+	At   time.Time `json:"at"`
+	// Step is the step whose commit consumed it.
+	Step int `json:"step"`
+	// DataSHA256 is the hex SHA-256 of the signal's data.
+	DataSHA256 string `json:"data_sha256,omitempty"`
+}
+
+// MaxConsumedSignals bounds Run.Consumed: the oldest entries leave first,
+// after which a retry of their signal would be taken as a new one.
+const MaxConsumedSignals = 256
+
+// SignalDataSHA256 is the digest Run.Consumed keeps of a signal's data.
+func SignalDataSHA256(data []byte) string {
+	if len(data) == 0 {
+		return ""
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// Pending reports whether a step may still read s: not consumed (by a
+// record written before consumed signals left the record).
+func (s Signal) Pending() bool { return s.ConsumedBy == 0 }
+
+// ConsumeSignals moves the signals of ids off run's pending list: a
+// signal into Consumed (the newest MaxConsumedSignals kept), the marker
+// of an expiry away. Step is the step whose commit (or park) read them.
+// Signals a record written by an earlier version marked consumed move
+// too. It never writes into the slices run was read with.
+func (r *Run) ConsumeSignals(step int, ids []string) {
+	legacy := false
+	for _, s := range r.Signals {
+		legacy = legacy || !s.Pending()
+	}
+	if len(ids) == 0 && !legacy {
+		return
+	}
+	var pending []Signal
+	consumed := append([]ConsumedSignal(nil), r.Consumed...)
+	for _, s := range r.Signals {
+		by := s.ConsumedBy
+		if by == 0 && slices.Contains(ids, s.ID) {
+			by = step
+		}
+		switch {
+		case by == 0:
+			pending = append(pending, s)
+		case !s.Expired:
+			consumed = append(consumed, ConsumedSignal{ID: s.ID, Name: s.Name, At: s.At, Step: by, DataSHA256: SignalDataSHA256(s.Data)})
+		}
+	}
+	if n := len(consumed) - MaxConsumedSignals; n > 0 {
+		consumed = consumed[n:]
+	}
+	r.Signals, r.Consumed = pending, consumed
 }
 
 // MaxSignalBytes bounds a signal's data; larger data belongs in the blob

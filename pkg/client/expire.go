@@ -152,7 +152,15 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 	if w.Kind == checkpoint.WaitSignal {
 		// The step runs again and learns that no signal came in time.
 		reason := fmt.Sprintf("no signal %s within %s", w.Name, ttl)
-		next.Signals = append(append([]checkpoint.Signal(nil), run.Signals...), checkpoint.Signal{
+		// One marker per name is enough: an older one no step read yet
+		// says the same.
+		next.Signals = nil
+		for _, s := range run.Signals {
+			if !s.Expired || s.Name != w.Name {
+				next.Signals = append(next.Signals, s)
+			}
+		}
+		next.Signals = append(next.Signals, checkpoint.Signal{
 			// ':' is in no caller's id (checkpoint.ValidID): a marker's id
 			// cannot collide with a signal's.
 			Name: w.Name, ID: fmt.Sprintf("expired:%d:%d", w.Step, run.Resumes), Expired: true, At: now, By: "scheduler", Channel: ChannelScheduler,

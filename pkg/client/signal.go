@@ -16,7 +16,8 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
-// Bounds of the signals a run keeps (they live on its record).
+// Bounds of the pending signals a run keeps (they live on its record
+// until a step consumes them).
 const (
 	MaxSignalsPerRun     = 100
 	MaxSignalBytesPerRun = 256 << 10
@@ -25,8 +26,8 @@ const (
 var (
 	// ErrBadSignal: a signal's name, id or data is malformed or too large.
 	ErrBadSignal = errors.New("bad signal")
-	// ErrTooManySignals: the run keeps MaxSignalsPerRun signals, or
-	// MaxSignalBytesPerRun bytes of their data, already.
+	// ErrTooManySignals: the run keeps MaxSignalsPerRun pending signals,
+	// or MaxSignalBytesPerRun bytes of their data, already.
 	ErrTooManySignals = errors.New("the run holds as many signals as it may")
 	// ErrSignalIDReused: a signal id was delivered before with another
 	// name or other data.
@@ -85,13 +86,11 @@ func (c *Client) signal(ctx context.Context, req SignalRequest) (SignalResult, e
 		if err != nil {
 			return SignalResult{}, fmt.Errorf("run %s: %w", req.RunID, err)
 		}
-		for _, s := range run.Signals {
-			if s.ID == req.ID && (s.Name != req.Name || string(s.Data) != string(req.Data)) {
+		if s, same, ok := delivered(run, req); ok {
+			if !same {
 				return SignalResult{Run: run, Signal: s}, fmt.Errorf("signal id %s was delivered to %s before as %s with other data: %w: send a new signal under a new id", req.ID, run.ID, s.Name, ErrSignalIDReused)
 			}
-			if s.ID == req.ID {
-				return SignalResult{Run: run, Signal: s, Duplicate: true}, nil
-			}
+			return SignalResult{Run: run, Signal: s, Duplicate: true}, nil
 		}
 		// A dead run may be redriven: its signals are kept for it.
 		if run.Status.Terminal() && run.Status != checkpoint.StatusDead {
@@ -137,15 +136,36 @@ func (c *Client) signal(ctx context.Context, req SignalRequest) (SignalResult, e
 	}
 }
 
-// signalRoom refuses a signal past the run's bounds: signals live on the
-// run record, which every step reads and a KV bucket caps at 1 MB.
-func signalRoom(run checkpoint.Run, req SignalRequest) error {
-	n, size := len(run.Signals), len(req.Data)
+// delivered finds a signal of req's id that run holds, pending or
+// consumed, and whether it is req's (same name and data).
+func delivered(run checkpoint.Run, req SignalRequest) (checkpoint.Signal, bool, bool) {
 	for _, s := range run.Signals {
-		size += len(s.Data)
+		if s.ID == req.ID && !s.Expired {
+			return s, s.Name == req.Name && bytes.Equal(s.Data, req.Data), true
+		}
+	}
+	for _, c := range run.Consumed {
+		if c.ID == req.ID {
+			s := checkpoint.Signal{Name: c.Name, ID: c.ID, At: c.At, ConsumedBy: c.Step}
+			return s, c.Name == req.Name && c.DataSHA256 == checkpoint.SignalDataSHA256(req.Data), true
+		}
+	}
+	return checkpoint.Signal{}, false, false
+}
+
+// signalRoom refuses a signal past the run's bounds on what is pending:
+// pending signals live on the run record, which every step reads and a KV
+// bucket caps at 1 MB. Consumed signals and expiry markers do not count.
+func signalRoom(run checkpoint.Run, req SignalRequest) error {
+	n, size := 0, len(req.Data)
+	for _, s := range run.Signals {
+		if s.Pending() && !s.Expired {
+			n++
+			size += len(s.Data)
+		}
 	}
 	if n >= MaxSignalsPerRun || size > MaxSignalBytesPerRun {
-		return fmt.Errorf("run %s holds %d signals (%d bytes of data with this one); at most %d and %d bytes: %w", run.ID, n, size, MaxSignalsPerRun, MaxSignalBytesPerRun, ErrTooManySignals)
+		return fmt.Errorf("run %s holds %d pending signals (%d bytes of data with this one); at most %d and %d bytes: %w: a step must consume them (Context.Signal) before more can come", run.ID, n, size, MaxSignalsPerRun, MaxSignalBytesPerRun, ErrTooManySignals)
 	}
 	return nil
 }

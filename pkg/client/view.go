@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -35,7 +36,9 @@ type RunView struct {
 	Checkpoints []CheckpointView `json:"checkpoints"`
 	// Parent is the run and step that started this run, for a child run.
 	Parent *checkpoint.ParentRef `json:"parent,omitempty"`
-	// Signals delivered to the run, pending or consumed, oldest first.
+	// Signals delivered to the run: those consumed (the newest
+	// checkpoint.MaxConsumedSignals, without their data) by time, then
+	// those pending, oldest first.
 	Signals []checkpoint.Signal `json:"signals,omitempty"`
 	// Children lists the child runs the run's steps started, in order.
 	Children []ChildView `json:"children,omitempty"`
@@ -197,7 +200,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 		Step: run.Step, StepName: run.StepName, Input: run.Input, StartedBy: run.StartedBy, TraceID: TraceID(run),
 		CreatedAt: run.CreatedAt, UpdatedAt: run.UpdatedAt, Error: run.Error, Resumes: run.Resumes,
 		Redrives: run.Redrives, Wait: run.Wait, Checkpoints: []CheckpointView{}, Approvals: run.Approvals,
-		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent, Signals: run.Signals,
+		Effects: []EffectView{}, Audit: run.Audit, Timeline: []TimelineEntry{}, Parent: run.Parent, Signals: signalsOf(run),
 	}
 	if v.Approvals == nil {
 		v.Approvals = []checkpoint.Approval{}
@@ -318,4 +321,19 @@ func (c *Client) viewBranches(ctx context.Context, v *RunView, fan checkpoint.Ch
 		v.Branches = append(v.Branches, bv)
 	}
 	return nil
+}
+
+// signalsOf lists run's signals for a view: consumed (what the record
+// keeps of them: no data) and pending, by the time each came.
+func signalsOf(run checkpoint.Run) []checkpoint.Signal {
+	if len(run.Consumed) == 0 {
+		return run.Signals
+	}
+	out := make([]checkpoint.Signal, 0, len(run.Consumed)+len(run.Signals))
+	for _, c := range run.Consumed {
+		out = append(out, checkpoint.Signal{Name: c.Name, ID: c.ID, At: c.At, ConsumedBy: c.Step})
+	}
+	out = append(out, run.Signals...)
+	slices.SortStableFunc(out, func(a, b checkpoint.Signal) int { return a.At.Compare(b.At) })
+	return out
 }

@@ -35,27 +35,31 @@ var ErrSignalExpired = errors.New("signal wait expired")
 // return AwaitSignal). When the step commits, the signals it read are
 // consumed: a re-run of the step reads the same one, a later step does
 // not. When none came and a wait for name expired it returns
-// ErrSignalExpired (a signal that came after the expiry still wins).
+// ErrSignalExpired (a signal that came after the expiry still wins, and
+// then the expiry is spent too: a later wait for name does not see it).
 func (s *Context) Signal(name string) (*checkpoint.Signal, error) {
-	var expired *checkpoint.Signal
+	var expired []checkpoint.Signal
 	for _, sig := range s.cfg.Signals {
-		switch {
-		case sig.Name != name:
-		case sig.Expired:
-			if expired == nil {
-				e := sig
-				expired = &e
-			}
-		default:
+		if sig.Name == name && sig.Expired {
+			expired = append(expired, sig)
+		}
+	}
+	for _, sig := range s.cfg.Signals {
+		if sig.Name == name && !sig.Expired {
 			s.consumed(sig.ID)
+			for _, e := range expired {
+				s.consumed(e.ID)
+			}
 			return &sig, nil
 		}
 	}
-	if expired != nil {
-		s.consumed(expired.ID)
-		return nil, fmt.Errorf("signal %s of %s: %w at %s", name, s.IdempotencyKey(), ErrSignalExpired, expired.At.Format(time.RFC3339))
+	if len(expired) == 0 {
+		return nil, nil
 	}
-	return nil, nil
+	for _, e := range expired {
+		s.consumed(e.ID)
+	}
+	return nil, fmt.Errorf("signal %s of %s: %w at %s", name, s.IdempotencyKey(), ErrSignalExpired, expired[0].At.Format(time.RFC3339))
 }
 
 // consumed notes that the attempt read signal id.

@@ -91,7 +91,7 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		// What the commit would have added: the step and its spend.
 		next.Steps = run.Steps + 1
 		next.Spend = run.Spend + cp.Spend
-		next.Signals = consume(run, cp.Step, cp.Signals)
+		next.ConsumeSignals(cp.Step, cp.Signals)
 		switch cp.Status {
 		case checkpoint.StatusRunning:
 			next.Step, next.StepName = cp.Step+1, cp.Next

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -12,27 +11,12 @@ import (
 )
 
 // signalsFor returns the signals step n of run may read: those no step
-// consumed, and those step n consumed in the run's current generation.
-func signalsFor(run checkpoint.Run, n int) []checkpoint.Signal {
+// consumed (a step's commit takes what it read off the record).
+func signalsFor(run checkpoint.Run) []checkpoint.Signal {
 	var out []checkpoint.Signal
 	for _, s := range run.Signals {
-		if s.ConsumedBy == 0 || (s.ConsumedBy == n && s.ConsumedGen == run.Resumes) {
+		if s.Pending() {
 			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// consume returns run's signals with those of ids marked consumed by step
-// n in the run's generation.
-func consume(run checkpoint.Run, n int, ids []string) []checkpoint.Signal {
-	if len(ids) == 0 {
-		return run.Signals
-	}
-	out := append([]checkpoint.Signal(nil), run.Signals...)
-	for i := range out {
-		if out[i].ConsumedBy == 0 && slices.Contains(ids, out[i].ID) {
-			out[i].ConsumedBy, out[i].ConsumedGen = n, run.Resumes
 		}
 	}
 	return out
@@ -43,7 +27,7 @@ func consume(run checkpoint.Run, n int, ids []string) []checkpoint.Signal {
 // so a signal stored while the step ran makes the park lose and the step
 // run again, and read it.
 func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.Run, sw steps.SignalWait) {
-	for _, s := range signalsFor(run, d.m.Step) {
+	for _, s := range signalsFor(run) {
 		if s.Name == sw.Name && !s.Expired {
 			// The step did not read the signal it waits for: it runs
 			// again (a step that never reads it ends at the delivery fuse).
@@ -59,7 +43,7 @@ func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.
 	next := run
 	next.Status, next.UpdatedAt = checkpoint.StatusWaiting, now
 	// An expiry this step read is spent: waiting again starts a new wait.
-	next.Signals = consume(run, d.m.Step, expiriesOf(run, d.m.Step, sw.Name))
+	next.ConsumeSignals(d.m.Step, expiriesOf(run, sw.Name))
 	next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: sw.Name, Step: d.m.Step, StepName: run.StepName, Since: now, Deadline: now.Add(ttl)}
 	next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
 		Kind: checkpoint.AuditParked, Step: d.m.Step, At: now, Reason: "waits for signal " + sw.Name + " until " + next.Wait.Deadline.Format(time.RFC3339),
@@ -84,11 +68,10 @@ func (w *Worker) parkForSignal(ctx context.Context, d *delivery, run checkpoint.
 	w.done(run.Workflow, run.StepName, "parked", d)
 }
 
-// expiriesOf returns the ids of the expiry markers of name that step n of
-// run may read.
-func expiriesOf(run checkpoint.Run, n int, name string) []string {
+// expiriesOf returns the ids of the expiry markers of name on run.
+func expiriesOf(run checkpoint.Run, name string) []string {
 	var ids []string
-	for _, s := range signalsFor(run, n) {
+	for _, s := range signalsFor(run) {
 		if s.Expired && s.Name == name {
 			ids = append(ids, s.ID)
 		}

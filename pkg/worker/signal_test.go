@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,6 +61,201 @@ func TestSignalWaitAgainAfterExpiry(t *testing.T) {
 			f.WaitStatus("rem-1", checkpoint.StatusCompleted, 30*time.Second)
 			if expiries.Load() != 1 {
 				t.Fatalf("%d expiries seen, want 1", expiries.Load())
+			}
+		})
+	}
+}
+
+// waitParkedAgain waits until run id is waiting at a revision past after,
+// and returns it.
+func waitParkedAgain(t *testing.T, f *testfleet.Fleet, id string, after uint64) checkpoint.Run {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		run := f.Get(id)
+		if run.Status == checkpoint.StatusWaiting && run.Rev > after {
+			return run
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s is %s at rev %d, want waiting past rev %d", id, run.Status, run.Rev, after)
+		}
+	}
+}
+
+// A run that waits again after every expiry, and consumes signal after
+// signal over its life, keeps room for the next signal: what a step
+// consumed, and the markers of expiries, do not count against the
+// run's bound, and the record does not keep their data (issue 23 item 1).
+func TestSignalRoomAfterManyExpiriesAndSignals(t *testing.T) {
+	const rounds = client.MaxSignalsPerRun + 10
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			wf := steps.New[counter]("ticker", 1).
+				Signals("go", "tick").
+				Step("await", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+					sig, err := s.Signal("go")
+					switch {
+					case errors.Is(err, steps.ErrSignalExpired), err == nil && sig == nil:
+						return steps.AwaitSignal[counter]("go", time.Hour), nil
+					case err != nil:
+						return steps.Outcome[counter]{}, err
+					}
+					return steps.Next("count", st), nil
+				}).
+				Step("count", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+					sig, err := s.Signal("tick")
+					switch {
+					case err != nil:
+						return steps.Outcome[counter]{}, err
+					case sig == nil:
+						return steps.AwaitSignal[counter]("tick", time.Hour), nil
+					}
+					if st.N++; st.N == rounds {
+						return steps.Complete(st), nil
+					}
+					return steps.Next("count", st), nil
+				})
+			f := testfleet.New(t, kind)
+			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
+			ctx := context.Background()
+			f.Start("ticker", "tick-1", "")
+			run := f.WaitStatus("tick-1", checkpoint.StatusWaiting, 30*time.Second)
+			now := time.Now()
+			for i := 0; i < rounds; i++ {
+				now = now.Add(2 * time.Hour)
+				if res, err := f.Client.Expire(ctx, "tick-1", now); err != nil || res.Action != client.ExpireSignal {
+					t.Fatalf("expiry %d: %+v %v", i+1, res, err)
+				}
+				run = waitParkedAgain(t, f, "tick-1", run.Rev)
+			}
+			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "tick-1", Name: "go", ID: "go-1"}); err != nil {
+				t.Fatalf("signal after %d expiries: %v", rounds, err)
+			}
+			for i := 0; i < rounds; i++ {
+				run = waitParkedAgain(t, f, "tick-1", run.Rev)
+				if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "tick-1", Name: "tick", ID: fmt.Sprintf("tick-%d", i)}); err != nil {
+					t.Fatalf("signal %d: %v", i+1, err)
+				}
+			}
+			end := f.WaitStatus("tick-1", checkpoint.StatusCompleted, 30*time.Second)
+			if len(end.Signals) != 0 {
+				t.Errorf("the completed run keeps %d signals on its record, want none (all were consumed)", len(end.Signals))
+			}
+			// A retry of a consumed signal is still answered as a duplicate.
+			res, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "tick-1", Name: "tick", ID: "tick-3"})
+			if err != nil || !res.Duplicate {
+				t.Errorf("retry of consumed signal tick-3: %+v %v, want a duplicate", res, err)
+			}
+		})
+	}
+}
+
+// The marker of an expiry that a re-run of the step made moot (the real
+// signal came before the step ran again) does not fail a later wait for
+// the same name (issue 23 item 2).
+func TestStaleExpiryMarkerDoesNotFailLaterWait(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			wait := func(name string) steps.StepFunc[counter] {
+				return func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+					sig, err := s.Signal("go")
+					switch {
+					case err != nil:
+						return steps.Outcome[counter]{}, err
+					case sig == nil:
+						return steps.AwaitSignal[counter]("go", time.Hour), nil
+					}
+					st.Trail = append(st.Trail, name+":"+sig.ID)
+					if name == "second" {
+						return steps.Complete(st), nil
+					}
+					return steps.Next("second", st), nil
+				}
+			}
+			wf := steps.New[counter]("twice", 1).Signals("go").Step("first", wait("first")).Step("second", wait("second"))
+			reg := steps.NewRegistry().MustRegister(wf)
+			f := testfleet.New(t, kind)
+			_, stop := f.StartWorker(reg, nil)
+			ctx := context.Background()
+			f.Start("twice", "tw-1", "")
+			f.WaitStatus("tw-1", checkpoint.StatusWaiting, 30*time.Second)
+			stop()
+			// The wait expires and the real signal comes before a worker
+			// runs the step again.
+			if res, err := f.Client.Expire(ctx, "tw-1", time.Now().Add(2*time.Hour)); err != nil || res.Action != client.ExpireSignal {
+				t.Fatalf("expire: %+v %v", res, err)
+			}
+			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "tw-1", Name: "go", ID: "go-1"}); err != nil {
+				t.Fatal(err)
+			}
+			f.StartWorker(reg, nil)
+			run := f.WaitStatus("tw-1", checkpoint.StatusWaiting, 30*time.Second)
+			if run.Step != 2 {
+				t.Fatalf("run waits at step %d (%s), want step 2", run.Step, run.Error)
+			}
+			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "tw-1", Name: "go", ID: "go-2"}); err != nil {
+				t.Fatal(err)
+			}
+			f.WaitStatus("tw-1", checkpoint.StatusCompleted, 30*time.Second)
+		})
+	}
+}
+
+// A run record written before consumed signals left the record holds
+// them with consumed_by set: they neither count against the bound nor
+// are read again, they move to Consumed when the run is next written,
+// and a retry of one is still a duplicate.
+func TestSignalsConsumedByAnEarlierVersion(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			wf := steps.New[counter]("legacy", 1).
+				Signals("go").
+				Step("first", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
+					return steps.Next("await", st), nil
+				}).
+				Step("await", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+					sig, err := s.Signal("go")
+					switch {
+					case err != nil:
+						return steps.Outcome[counter]{}, err
+					case sig == nil:
+						return steps.AwaitSignal[counter]("go", time.Hour), nil
+					}
+					st.Trail = append(st.Trail, sig.ID)
+					return steps.Complete(st), nil
+				})
+			f := testfleet.New(t, kind)
+			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
+			ctx := context.Background()
+			f.Start("legacy", "leg-1", "")
+			run := f.WaitStatus("leg-1", checkpoint.StatusWaiting, 30*time.Second)
+			// What the previous code wrote after step 1 consumed 100
+			// signals: each kept on the record, marked consumed.
+			for i := range client.MaxSignalsPerRun {
+				run.Signals = append(run.Signals, checkpoint.Signal{Name: "go", ID: fmt.Sprintf("old-%d", i), Data: []byte(`{"n":1}`),
+					By: "ana", Channel: "cli", At: run.CreatedAt, ConsumedBy: 1})
+			}
+			if _, err := f.Store.UpdateRun(ctx, run); err != nil {
+				t.Fatal(err)
+			}
+			res, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "leg-1", Name: "go", ID: "new-1"})
+			if err != nil || !res.Resumed {
+				t.Fatalf("signal to a run holding %d consumed signals: %+v %v", client.MaxSignalsPerRun, res, err)
+			}
+			end := f.WaitStatus("leg-1", checkpoint.StatusCompleted, 30*time.Second)
+			if len(end.Signals) != 0 || len(end.Consumed) != client.MaxSignalsPerRun+1 {
+				t.Fatalf("after the commit: %d signals, %d consumed; want 0 and %d", len(end.Signals), len(end.Consumed), client.MaxSignalsPerRun+1)
+			}
+			var st counter
+			cps := f.Checkpoints("leg-1")
+			if err := json.Unmarshal(cps[len(cps)-1].State, &st); err != nil || len(st.Trail) != 1 || st.Trail[0] != "new-1" {
+				t.Fatalf("step read %v (%v), want the new signal only", st.Trail, err)
+			}
+			dup, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "leg-1", Name: "go", ID: "old-7", Data: []byte(`{"n":1}`)})
+			if err != nil || !dup.Duplicate || dup.Signal.ConsumedBy != 1 {
+				t.Fatalf("retry of a signal consumed under the earlier version: %+v %v, want a duplicate consumed by step 1", dup, err)
+			}
+			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "leg-1", Name: "go", ID: "old-7", Data: []byte(`{"n":2}`)}); !errors.Is(err, client.ErrSignalIDReused) {
+				t.Fatalf("the id of a consumed signal with other data: %v, want ErrSignalIDReused", err)
 			}
 		})
 	}

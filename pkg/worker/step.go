@@ -197,7 +197,7 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
 		BranchOutputs: outputs,
 		Children:      children,
-		Signals:       signalsFor(run, m.Step),
+		Signals:       signalsFor(run),
 		Journal:       journalOf(snap.Journal, run.Resumes),
 		Recorder:      recorder{w: w, d: d, gen: run.Resumes},
 		Approvals:     approvalsFor(run, m.Step),
@@ -275,7 +275,7 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 	next.Spend = run.Spend + cp.Spend
 	cp.Signals = sctx.ConsumedSignals()
 	sort.Strings(cp.Signals)
-	next.Signals = consume(run, m.Step, cp.Signals)
+	next.ConsumeSignals(m.Step, cp.Signals)
 	switch res.Kind {
 	case steps.KindNext:
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning

@@ -179,7 +179,7 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 		case stored.Resumes != cp.Gen:
 			return checkpoint.Run{}, fmt.Errorf("checkpoint of generation %d stored, run at generation %d: %w", cp.Gen, stored.Resumes, checkpoint.ErrConflict)
 		case stored.Status == checkpoint.StatusRunning && stored.Step == cp.Step:
-			merged := withCursor(stored, next)
+			merged := withCursor(stored, next, cp)
 			doc, err := marshal(merged)
 			if err != nil {
 				return checkpoint.Run{}, err
@@ -202,37 +202,17 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 	return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run still contended after %d attempts: %w", maxSettleRetries, checkpoint.ErrConflict)
 }
 
-// withCursor returns stored with the fields a commit sets taken from next:
-// the cursor, the status and its wait or error, the step counters. What
-// others record on a run (approvals, audit, resumes, redrives) is kept.
-func withCursor(stored, next checkpoint.Run) checkpoint.Run {
+// withCursor returns stored with the fields a commit of cp sets taken
+// from next: the cursor, the status and its wait or error, the step
+// counters, the signals the step consumed. What others record on a run
+// (approvals, audit, resumes, redrives, new signals) is kept.
+func withCursor(stored, next checkpoint.Run, cp checkpoint.Checkpoint) checkpoint.Run {
 	stored.Status, stored.Step, stored.StepName = next.Status, next.Step, next.StepName
 	stored.Wait, stored.Error = next.Wait, next.Error
 	stored.Steps, stored.Spend = next.Steps, next.Spend
 	stored.UpdatedAt = next.UpdatedAt
-	stored.Signals = withConsumed(stored.Signals, next.Signals)
+	stored.ConsumeSignals(cp.Step, cp.Signals)
 	return stored
-}
-
-// withConsumed returns stored's signals (new ones may have come since the
-// commit's read) with the consumption marks the commit made in next.
-func withConsumed(stored, next []checkpoint.Signal) []checkpoint.Signal {
-	marks := map[string]checkpoint.Signal{}
-	for _, s := range next {
-		if s.ConsumedBy != 0 {
-			marks[s.ID] = s
-		}
-	}
-	if len(marks) == 0 {
-		return stored
-	}
-	out := append([]checkpoint.Signal(nil), stored...)
-	for i := range out {
-		if m, ok := marks[out[i].ID]; ok && out[i].ConsumedBy == 0 {
-			out[i].ConsumedBy, out[i].ConsumedGen = m.ConsumedBy, m.ConsumedGen
-		}
-	}
-	return out
 }
 
 // advancedBy reports whether run has already moved on from step cp.Step
