@@ -1,0 +1,68 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/test/testfleet"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/steps"
+)
+
+// A redrive of a parent that died because a child's input does not match
+// the child workflow's schema is refused with the reason, and the parent
+// stays dead: it must not wait for ever for a child that can't start. The
+// child that never started reads as not started, not running (issue 23,
+// item 7).
+func TestRedriveParentWithBadChildInput(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			strict := steps.New[num]("strict", 1).
+				InputSchema(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`).
+				Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
+			parent := steps.New[num]("fussy", 1).
+				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.StartChildren("end", st,
+						steps.Child{Workflow: "strict", Input: map[string]any{"n": 1}},
+						steps.Child{Workflow: "strict", Input: map[string]any{"n": "two"}}), nil
+				}).
+				Step("end", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(strict, parent), nil)
+			f.Start("fussy", "fussy-1", "")
+			dead := f.WaitStatus("fussy-1", checkpoint.StatusDead, 20*time.Second)
+			if !strings.Contains(dead.Error, "fussy-1-s1-2") || !strings.Contains(dead.Error, "schema") {
+				t.Fatalf("dead reason %q, want the child and the schema named", dead.Error)
+			}
+			ctx := context.Background()
+			_, err := f.Client.Redrive(ctx, "fussy-1", "oncall")
+			if !errors.Is(err, client.ErrBadInput) || !strings.Contains(err.Error(), "fussy-1-s1-2") {
+				t.Errorf("redrive: %v, want a refusal naming the child's bad input", err)
+			}
+			// Give a parent set waiting by mistake time to be seen so.
+			time.Sleep(300 * time.Millisecond)
+			now := f.Get("fussy-1")
+			if now.Status != checkpoint.StatusDead || now.Redrives != 0 || now.Error != dead.Error {
+				t.Fatalf("after the refused redrive: status %s, redrives %d, error %q; want dead as before, with %q", now.Status, now.Redrives, now.Error, dead.Error)
+			}
+			v, err := f.Client.Inspect(ctx, "fussy-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v.Children) != 2 {
+				t.Fatalf("children %+v, want 2", v.Children)
+			}
+			if c := v.Children[1]; c.Status == checkpoint.StatusRunning || !strings.Contains(c.Error, "not started") {
+				t.Errorf("child never started reads as %q (%q), want not started", c.Status, c.Error)
+			}
+		})
+	}
+}
