@@ -146,14 +146,21 @@ func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([
 			s.Error = "not started: no run has this id"
 		case err != nil:
 			return nil, fmt.Errorf("child %s of %s: %w", ch.ID, run.ID, err)
-		case child.Parent == nil || child.Parent.RunID != run.ID:
-			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("not started: run id %s is taken by another run (give the child another id with steps.Child.ID)", ch.ID)
+		case !childOf(child, run.ID, n):
+			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("not started: run id %s is taken by another run%s (give the child another id with steps.Child.ID)", ch.ID, parentNote(child.Parent))
 		default:
 			s.Status, s.Error, s.Step = child.Status, child.Error, child.Step
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// childOf says whether run is the child that step of parent started: a
+// child of the same parent's earlier step (an id the workflow set twice)
+// is not.
+func childOf(run checkpoint.Run, parent string, step int) bool {
+	return run.Parent != nil && run.Parent.RunID == parent && run.Parent.Step == step
 }
 
 // cancelAction is the action of run's cancel as its audit recorded it.
@@ -183,7 +190,7 @@ func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by stri
 	}
 	for _, ch := range cp.Children {
 		child, err := c.store.GetRun(ctx, ch.ID)
-		if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && (child.Parent == nil || child.Parent.RunID != run.ID)) {
+		if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && !childOf(child, run.ID, cp.Step)) {
 			continue
 		}
 		if err != nil {

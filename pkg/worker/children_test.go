@@ -2,7 +2,9 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +64,51 @@ func TestRedriveParentWithBadChildInput(t *testing.T) {
 			}
 			if c := v.Children[1]; c.Status == checkpoint.StatusRunning || !strings.Contains(c.Error, "not started") {
 				t.Errorf("child never started reads as %q (%q), want not started", c.Status, c.Error)
+			}
+		})
+	}
+}
+
+// A second StartChildren at a later step that gives a child the id of a
+// child of the first batch does not take the first batch's ended child
+// as its own: the child of the later step is not started (the id is
+// taken) and reads failed, saying so (issue 23, item 8).
+func TestLaterBatchSameChildID(t *testing.T) {
+	type seen struct {
+		Status checkpoint.Status `json:"status"`
+		Error  string            `json:"error"`
+	}
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			leaf := steps.New[num]("leaf", 1).Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+				return steps.Complete(st), nil
+			})
+			parent := steps.New[seen]("twice", 1).
+				Step("first", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
+					return steps.StartChildren("second", st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 1}}), nil
+				}).
+				Step("second", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
+					return steps.StartChildren("end", st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 2}}), nil
+				}).
+				Step("end", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
+					res, err := steps.ChildResults(s)
+					if err != nil || len(res) != 1 {
+						return steps.Outcome[seen]{}, steps.Permanent(fmt.Errorf("child results %+v: %v", res, err))
+					}
+					st.Status, st.Error = res[0].Status, res[0].Error
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(leaf, parent), nil)
+			f.Start("twice", "twice-1", "")
+			f.WaitStatus("twice-1", checkpoint.StatusCompleted, 20*time.Second)
+			cps := f.Checkpoints("twice-1")
+			var got seen
+			if err := json.Unmarshal(cps[len(cps)-1].State, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != checkpoint.StatusFailed || !strings.Contains(got.Error, "taken") {
+				t.Fatalf("step 2's child twice-1-kid read as %s (%q): the child of step 1, want failed, its id taken", got.Status, got.Error)
 			}
 		})
 	}
