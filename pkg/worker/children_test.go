@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
@@ -110,6 +111,48 @@ func TestLaterBatchSameChildID(t *testing.T) {
 			if got.Status != checkpoint.StatusFailed || !strings.Contains(got.Error, "taken") {
 				t.Fatalf("step 2's child twice-1-kid read as %s (%q): the child of step 1, want failed, its id taken", got.Status, got.Error)
 			}
+		})
+	}
+}
+
+// A child of a workflow no worker registered is a permanent error: the
+// parent goes dead with a reason naming the workflow, instead of its step
+// being retried for ever in silence. Once a worker registers it, a
+// redrive completes the parent (issue 23, item 9).
+func TestUnregisteredChildWorkflow(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			parent := steps.New[num]("haunted", 1).
+				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.StartChildren("end", st, steps.Child{Workflow: "ghost"}), nil
+				}).
+				Step("end", func(_ context.Context, s *steps.Context, st num) (steps.Outcome[num], error) {
+					res, err := steps.ChildResults(s)
+					if err != nil || len(res) != 1 || res[0].Status != checkpoint.StatusCompleted {
+						return steps.Outcome[num]{}, steps.Permanent(fmt.Errorf("child results %+v: %v", res, err))
+					}
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(parent), nil)
+			f.Start("haunted", "haunted-1", "")
+			dead := f.WaitStatus("haunted-1", checkpoint.StatusDead, 15*time.Second)
+			if !strings.Contains(dead.Error, `"ghost"`) || !strings.Contains(dead.Error, "unknown workflow") {
+				t.Fatalf("dead reason %q, want the unknown workflow named", dead.Error)
+			}
+			ctx := context.Background()
+			if _, err := f.Client.Redrive(ctx, "haunted-1", "oncall"); !errors.Is(err, client.ErrUnknownWorkflow) {
+				t.Errorf("redrive before ghost is registered: %v, want ErrUnknownWorkflow", err)
+			}
+			ghost := steps.New[num]("ghost", 1).Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+				return steps.Complete(st), nil
+			})
+			f.StartWorker(steps.NewRegistry().MustRegister(ghost), nil)
+			testenv.WaitWorkflows(t, f.Store, 10*time.Second, "ghost")
+			if _, err := f.Client.Redrive(ctx, "haunted-1", "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			f.WaitStatus("haunted-1", checkpoint.StatusCompleted, 20*time.Second)
 		})
 	}
 }
