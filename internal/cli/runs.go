@@ -250,10 +250,13 @@ func printChildren(w io.Writer, children []client.ChildView) {
 	}
 	fmt.Fprintln(w, "\nCHILDREN")
 	for _, c := range children {
-		line := fmt.Sprintf("  %s (%s, started by step %d): %s", c.RunID, c.Workflow, c.Step, c.Status)
-		if c.Error != "" {
-			line += ": " + cut(c.Error, 120)
+		what := string(c.Status)
+		if c.Error != "" && what != "" {
+			what += ": " + cut(c.Error, 120)
+		} else if c.Error != "" { // not started: no status
+			what = cut(c.Error, 120)
 		}
+		line := fmt.Sprintf("  %s (%s, started by step %d): %s", c.RunID, c.Workflow, c.Step, what)
 		fmt.Fprintln(w, line)
 	}
 }

@@ -29,15 +29,8 @@ func waitWhat(w *checkpoint.Wait) string {
 // a batch of taken ids), it resumes the parent if so. The worker calls it
 // after committing a step that started children.
 func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp checkpoint.Checkpoint) error {
-	ref := &checkpoint.ParentRef{RunID: parent.ID, Step: cp.Step}
-	for _, ch := range cp.Children {
-		_, _, err := c.Start(ctx, StartRequest{Workflow: ch.Workflow, RunID: ch.ID, Input: ch.Input, By: "run " + parent.ID, Parent: ref})
-		if errors.Is(err, ErrRunIDTaken) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("start child %s of %s: %w", ch.ID, parent.ID, err)
-		}
+	if err := c.startChildRuns(ctx, parent, cp); err != nil {
+		return err
 	}
 	// A cancel of the parent that read no children yet must not leave
 	// them running: the children are written, then the parent read (the
@@ -51,6 +44,22 @@ func (c *Client) StartChildren(ctx context.Context, parent checkpoint.Run, cp ch
 	}
 	_, err = c.ResumeParent(ctx, parent.ID)
 	return err
+}
+
+// startChildRuns creates the child runs checkpoint cp of parent lists
+// (those that exist are left as they are) and publishes their first steps.
+func (c *Client) startChildRuns(ctx context.Context, parent checkpoint.Run, cp checkpoint.Checkpoint) error {
+	ref := &checkpoint.ParentRef{RunID: parent.ID, Step: cp.Step}
+	for _, ch := range cp.Children {
+		_, _, err := c.Start(ctx, StartRequest{Workflow: ch.Workflow, RunID: ch.ID, Input: ch.Input, By: "run " + parent.ID, Parent: ref})
+		if errors.Is(err, ErrRunIDTaken) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("start child %s of %s: %w", ch.ID, parent.ID, err)
+		}
+	}
+	return nil
 }
 
 // ChildEnded resumes the parent of run, if it has one and run has ended
@@ -121,7 +130,8 @@ type ChildStatus struct {
 
 // ChildResults reads the child runs that step n of run started (its
 // checkpoint lists them), in the order they were started. A child not
-// created yet reads as running.
+// created (yet, or at all: its start failed) has no status and the error
+// "not started".
 func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([]ChildStatus, error) {
 	cp, err := c.store.Checkpoint(ctx, run.ID, n)
 	if err != nil {
@@ -129,20 +139,28 @@ func (c *Client) ChildResults(ctx context.Context, run checkpoint.Run, n int) ([
 	}
 	out := make([]ChildStatus, 0, len(cp.Children))
 	for _, ch := range cp.Children {
-		s := ChildStatus{ID: ch.ID, Workflow: ch.Workflow, Status: checkpoint.StatusRunning}
+		s := ChildStatus{ID: ch.ID, Workflow: ch.Workflow}
 		child, err := c.store.GetRun(ctx, ch.ID)
 		switch {
 		case errors.Is(err, checkpoint.ErrNotFound):
+			s.Error = "not started: no run has this id"
 		case err != nil:
 			return nil, fmt.Errorf("child %s of %s: %w", ch.ID, run.ID, err)
-		case child.Parent == nil || child.Parent.RunID != run.ID:
-			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("not started: run id %s is taken by another run (give the child another id with steps.Child.ID)", ch.ID)
+		case !childOf(child, run.ID, n):
+			s.Status, s.Error = checkpoint.StatusFailed, fmt.Sprintf("not started: run id %s is taken by another run%s (give the child another id with steps.Child.ID)", ch.ID, parentNote(child.Parent))
 		default:
 			s.Status, s.Error, s.Step = child.Status, child.Error, child.Step
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// childOf says whether run is the child that step of parent started: a
+// child of the same parent's earlier step (an id the workflow set twice)
+// is not.
+func childOf(run checkpoint.Run, parent string, step int) bool {
+	return run.Parent != nil && run.Parent.RunID == parent && run.Parent.Step == step
 }
 
 // cancelAction is the action of run's cancel as its audit recorded it.
@@ -172,7 +190,7 @@ func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by stri
 	}
 	for _, ch := range cp.Children {
 		child, err := c.store.GetRun(ctx, ch.ID)
-		if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && (child.Parent == nil || child.Parent.RunID != run.ID)) {
+		if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && !childOf(child, run.ID, cp.Step)) {
 			continue
 		}
 		if err != nil {

@@ -32,6 +32,12 @@ func (c *Client) Redrive(ctx context.Context, id, by string, opts ...ActionOptio
 		if run.Status != checkpoint.StatusDead {
 			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotDead)
 		}
+		// Children the run would wait for again are started while it is
+		// still dead: one that can't start (bad input, a workflow no
+		// worker registered) leaves it dead, not waiting for ever.
+		if err := c.startChildrenOf(ctx, run); err != nil {
+			return run, fmt.Errorf("run %s stays dead: %w", id, err)
+		}
 		now := time.Now().UTC()
 		next := run
 		next.Status, next.UpdatedAt = checkpoint.StatusRunning, now
@@ -75,6 +81,22 @@ func (c *Client) publishRedrive(ctx context.Context, run checkpoint.Run) error {
 		return err
 	}
 	return c.publish(ctx, run, queue.MsgID(run.ID, run.Step)+suffix)
+}
+
+// startChildrenOf starts the child runs the step before run's cursor
+// started, if it started any (see StartChildren).
+func (c *Client) startChildrenOf(ctx context.Context, run checkpoint.Run) error {
+	if run.Step < 2 {
+		return nil
+	}
+	cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1)
+	if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && len(cp.Children) == 0) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint %s:%d: %w", run.ID, run.Step-1, err)
+	}
+	return c.startChildRuns(ctx, run, cp)
 }
 
 // DeadLetters lists the dead-letter stream, oldest first.

@@ -100,11 +100,12 @@ type BranchView struct {
 
 // ChildView is a child run a step started, and how it stands.
 type ChildView struct {
-	RunID    string            `json:"run_id"`
-	Workflow string            `json:"workflow"`
-	Step     int               `json:"step"`
-	Status   checkpoint.Status `json:"status"`
-	Error    string            `json:"error,omitempty"`
+	RunID    string `json:"run_id"`
+	Workflow string `json:"workflow"`
+	Step     int    `json:"step"`
+	// Status is "" for a child not started (Error says so).
+	Status checkpoint.Status `json:"status"`
+	Error  string            `json:"error,omitempty"`
 }
 
 // CallView is one journaled call of a step, without its result.

@@ -21,8 +21,10 @@ type Child struct {
 // waits, holding no worker, until every child has ended (completed,
 // failed, cancelled or dead); then the step named next runs on state and
 // reads their outcomes with ChildResults. Cancelling the run cancels its
-// children. At most checkpoint.MaxBranches children; with none, next runs
-// at once.
+// children. A child that can't start (its input does not match its
+// workflow's schema, or no worker registered its workflow) sends the run
+// to the dead letters with the reason; redrive it once that is fixed. At
+// most checkpoint.MaxBranches children; with none, next runs at once.
 func StartChildren[S any](next string, state S, children ...Child) Outcome[S] {
 	return Outcome[S]{kind: KindChildren, next: next, state: state, children: children}
 }

@@ -275,8 +275,9 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 		// The step started child runs: create them (again: idempotent by
 		// id) before acking, so that a crash after the commit loses none.
 		if err := w.runs.StartChildren(ctx, run, cp); err != nil {
-			if errors.Is(err, client.ErrBadInput) {
-				// Starting again cannot fix it: a person must look.
+			if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrUnknownWorkflow) {
+				// Starting again cannot fix it: a person must look (and
+				// redrive once a worker registers the child's workflow).
 				w.deadLetter(ctx, d, run, err.Error())
 				return
 			}
