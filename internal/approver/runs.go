@@ -277,7 +277,10 @@ func (s *Server) handleRunAction(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, client.ErrNotFound):
 		s.refuse(w, r, who.ID, id, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no run %s", id))
 		return
-	case errors.Is(err, client.ErrNotActive), errors.Is(err, client.ErrNotDead):
+	case errors.Is(err, client.ErrNotActive), errors.Is(err, client.ErrNotDead),
+		// A redrive refused because a child it would wait for cannot
+		// start: the run stays dead, unchanged.
+		errors.Is(err, client.ErrBadInput), errors.Is(err, client.ErrUnknownWorkflow):
 		s.refuse(w, r, who.ID, id, http.StatusConflict, CodeConflict, err.Error())
 		return
 	case err != nil && run.ID == "":
