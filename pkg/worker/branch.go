@@ -43,6 +43,11 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		return
 	}
 	d.name = fan.FanOut.Branches[i-1].Step
+	if d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && run.Step == n {
+		// More deliveries than recorded failures: an earlier one died, as
+		// check counts for a step.
+		w.cfg.Metrics.Resumed(run.Workflow, d.name)
+	}
 	if cur := snap.Current; cur != nil && !(cur.Failed() && cur.Redrives < run.Redrives) {
 		// Done before, or failed for good: its outcome stands.
 		w.branchStored(ctx, d, run, *fan, *cur)
@@ -158,7 +163,7 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 		return
 	case outcome == "committed":
 		w.c.committed.Add(1)
-		w.cfg.Metrics.CheckpointCommitted(run.Workflow, cp.Name, cp.Size(), 0)
+		w.reportCommit(run, cp, cp.Size(), nil)
 		d.log.Info().Str("name", cp.Name).Int("branches_done", count).Int("branches", len(fan.FanOut.Branches)).Msg("branch committed")
 		w.at(ctx, AfterCheckpoint, d)
 	}
