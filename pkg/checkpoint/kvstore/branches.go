@@ -69,12 +69,12 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		return fail(checkpoint.ErrNotFound)
 	}
 	key := branchKey(cpKey(cp.RunID, cp.Step), cp.Branch)
-	stored, exists, err := s.writeOutcome(ctx, key, doc, cp.Redrives)
+	failed, exists, err := s.writeOutcome(ctx, key, doc, cp.Failed(), cp.Redrives)
 	if err != nil {
 		return fail(err)
 	}
 	count := 0
-	if !stored.Failed() {
+	if !failed {
 		if count, err = s.countBranches(ctx, cp.RunID, cp.Step, key); err != nil {
 			return fail(err)
 		}
@@ -89,15 +89,11 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 // lost round means another outcome of the branch was written meanwhile.
 const outcomeRetries = 10
 
-// writeOutcome writes doc at branch key key unless an outcome is stored
-// there already that a writer of redrives may not replace (see
-// CommitBranch). It returns the outcome stored now (its status and
-// branch only) and whether it is another writer's.
-func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, redrives int) (checkpoint.Checkpoint, bool, error) {
-	var own checkpoint.Checkpoint
-	if err := unmarshal(doc, &own); err != nil {
-		return own, false, err
-	}
+// writeOutcome writes doc, a failure or not, at branch key key unless an
+// outcome is stored there already that a writer of redrives may not
+// replace (see CommitBranch). It returns whether the outcome stored now
+// is a failure and whether it is another writer's.
+func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, failed bool, redrives int) (bool, bool, error) {
 	var rev uint64 // 0: create
 	for range outcomeRetries {
 		var err error
@@ -107,14 +103,14 @@ func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, redriv
 			_, err = s.put(ctx, key, doc, rev)
 		}
 		if err == nil {
-			return own, false, nil
+			return failed, false, nil
 		}
 		if !errors.Is(err, errWrongRevision) {
-			return own, false, err
+			return failed, false, err
 		}
 		e, err := s.get(ctx, key)
 		if err != nil {
-			return own, false, err
+			return failed, false, err
 		}
 		if !e.found {
 			rev = 0 // a delete marker, or gone: create over it
@@ -122,14 +118,14 @@ func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, redriv
 		}
 		var cur checkpoint.Checkpoint
 		if err := unmarshal(e.value, &cur); err != nil {
-			return own, false, fmt.Errorf("%s: %w", key, err)
+			return failed, false, fmt.Errorf("%s: %w", key, err)
 		}
 		if !cur.Failed() || cur.Redrives >= redrives {
-			return cur, true, nil
+			return cur.Failed(), true, nil
 		}
 		rev = e.rev // a failure from before a redrive: write over it
 	}
-	return own, false, fmt.Errorf("%s still contended after %d writes", key, outcomeRetries)
+	return failed, false, fmt.Errorf("%s still contended after %d writes", key, outcomeRetries)
 }
 
 // countBranches counts the committed results among the branches of the
