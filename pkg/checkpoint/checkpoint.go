@@ -338,7 +338,12 @@ type Checkpoint struct {
 	Gen int `json:"gen,omitempty"`
 	// Branch is i for the checkpoint of branch i of a fan-out (Step is then
 	// the fan-out's join step), 0 for a step of the run's linear history.
+	// A branch checkpoint with Status StatusDead is the branch's failure
+	// (see Store.CommitBranch), not a result.
 	Branch int `json:"branch,omitempty"`
+	// Redrives is the run's Redrives under which a branch's outcome was
+	// stored: a branch's failure holds until the run is redriven.
+	Redrives int `json:"redrives,omitempty"`
 	// FanOut is set on the checkpoint of a step that fanned out: the
 	// branches to run before the join, step Step+1, named by Next.
 	FanOut *FanOut `json:"fan_out,omitempty"`
@@ -407,6 +412,9 @@ func (cp Checkpoint) Size() int {
 	if cp.Branch != 0 {
 		n += len(`,"branch":`) + 20
 	}
+	if cp.Redrives != 0 {
+		n += len(`,"redrives":`) + 20
+	}
 	if cp.FanOut != nil {
 		n += cp.FanOut.size()
 	}
@@ -430,6 +438,10 @@ func (cp Checkpoint) Size() int {
 	}
 	return n
 }
+
+// Failed reports whether cp is a branch's stored failure (see
+// Store.CommitBranch) rather than its result.
+func (cp Checkpoint) Failed() bool { return cp.Branch > 0 && cp.Status == StatusDead }
 
 // FanOut is what a step that fans out commits: the branches, each a step
 // of the workflow run on its own input, in parallel. Branch i (from 1)
@@ -596,22 +608,30 @@ type Store interface {
 	// ErrNotFound when the run does not exist.
 	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
 	// LoadBranch reads what a worker needs to run branch i of the fan-out
-	// whose join is step n: the run, the branch's checkpoint (Current, nil
-	// while uncommitted), the fan-out's checkpoint n-1 (Previous), and the
-	// branch's journal and failures.
+	// whose join is step n: the run, the branch's stored outcome (Current,
+	// nil while there is none; a result, or a failure as CommitBranch
+	// says), the fan-out's checkpoint n-1 (Previous), and the branch's
+	// journal and failures.
 	LoadBranch(ctx context.Context, id string, n, i int) (Snapshot, error)
-	// CommitBranch writes the checkpoint of branch cp.Branch of the fan-out
-	// whose join is step cp.Step, first writer wins, and returns how many
-	// of the fan-out's branches it counted committed after its write. A
-	// branch committed before is not written again: ErrCheckpointExists,
-	// with the count all the same, so that a writer that died before
-	// acting on its count learns it on redelivery. Once every branch is
-	// committed, at least one of their writers counts them all; a store
-	// may answer 0 to a writer when a later one is bound to count after
-	// it. ErrNotFound when the run does not exist.
+	// CommitBranch writes the outcome of branch cp.Branch of the fan-out
+	// whose join is step cp.Step on the branch's own key, first writer
+	// wins, and returns how many of the fan-out's branches it counted
+	// committed after its write. The outcome is a result, or the branch's
+	// failure: a checkpoint with Status StatusDead, which is not counted,
+	// not listed by BranchCheckpoints, and holds only for the run's
+	// Redrives it was stored under: the first outcome written with a
+	// higher cp.Redrives replaces it. Any other outcome stored before is
+	// not written over: ErrCheckpointExists (LoadBranch says which), with
+	// the count all the same when the stored outcome is a result, so that
+	// a writer that died before acting on its count learns it on
+	// redelivery. Once every branch is committed, at least one of their
+	// writers counts them all; a store may answer 0 to a writer when a
+	// later one is bound to count after it, and answers 0 to a failure's.
+	// ErrNotFound when the run does not exist.
 	CommitBranch(ctx context.Context, cp Checkpoint) (int, error)
 	// BranchCheckpoints returns the committed checkpoints among branches
-	// 1..total of the fan-out whose join is step n, in branch order.
+	// 1..total of the fan-out whose join is step n, in branch order:
+	// results only, never a stored failure.
 	BranchCheckpoints(ctx context.Context, id string, n, total int) ([]Checkpoint, error)
 	// RecordBranchCall is RecordCall for branch i of the fan-out whose
 	// join is step n: each branch has a journal of its own.

@@ -215,6 +215,9 @@ func (st *Stats) addCheckpoints(sample []checkpoint.Run, cps [][]checkpoint.Chec
 			sizes = append(sizes, b)
 			if b > st.Checkpoints.MaxBytes {
 				st.Checkpoints.MaxBytes, st.Checkpoints.Largest = b, fmt.Sprintf("%s:%d", r.ID, cp.Step)
+				if cp.Branch > 0 {
+					st.Checkpoints.Largest += fmt.Sprintf(".%d", cp.Branch)
+				}
 			}
 			durs = append(durs, cp.DurationMS)
 			for _, e := range cp.Effects {
@@ -261,8 +264,10 @@ func reusedKeys(uses map[string]int) (int, []string) {
 	return n, examples
 }
 
-// readCheckpoints reads the checkpoints of runs, parallel at a time. A run
-// deleted since it was listed has none.
+// readCheckpoints reads the checkpoints of runs, parallel at a time, with
+// those of the branches of their fan-outs: a branch's effects, replays and
+// redeliveries count as a step's. A run deleted since it was listed has
+// none.
 func (c *Client) readCheckpoints(ctx context.Context, runs []checkpoint.Run, parallel int) ([][]checkpoint.Checkpoint, error) {
 	out := make([][]checkpoint.Checkpoint, len(runs))
 	errs := make([]error, len(runs))
@@ -273,7 +278,7 @@ func (c *Client) readCheckpoints(ctx context.Context, runs []checkpoint.Run, par
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				out[i], errs[i] = c.store.Checkpoints(ctx, runs[i].ID)
+				out[i], errs[i] = c.withBranches(ctx, runs[i].ID)
 				if errors.Is(errs[i], checkpoint.ErrNotFound) {
 					out[i], errs[i] = nil, nil
 				}
@@ -289,6 +294,28 @@ func (c *Client) readCheckpoints(ctx context.Context, runs []checkpoint.Run, par
 		if err != nil {
 			return nil, fmt.Errorf("checkpoints of %s: %w", runs[i].ID, err)
 		}
+	}
+	return out, nil
+}
+
+// withBranches reads the checkpoints of run id and, after each fan-out's,
+// its branches' committed checkpoints.
+func (c *Client) withBranches(ctx context.Context, id string) ([]checkpoint.Checkpoint, error) {
+	cps, err := c.store.Checkpoints(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]checkpoint.Checkpoint, 0, len(cps))
+	for _, cp := range cps {
+		out = append(out, cp)
+		if cp.FanOut == nil || len(cp.FanOut.Branches) == 0 {
+			continue
+		}
+		branches, err := c.store.BranchCheckpoints(ctx, id, cp.Step+1, len(cp.FanOut.Branches))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, branches...)
 	}
 	return out, nil
 }

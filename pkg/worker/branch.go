@@ -43,11 +43,14 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		return
 	}
 	d.name = fan.FanOut.Branches[i-1].Step
-	if snap.Current != nil {
-		// Done before: count again and publish the join if all are in
-		// (its writer may have died before it could).
-		w.c.replayed.Add(1)
-		w.branchCommitted(ctx, d, run, *fan, *snap.Current, "replayed")
+	if d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && run.Step == n {
+		// More deliveries than recorded failures: an earlier one died, as
+		// check counts for a step.
+		w.cfg.Metrics.Resumed(run.Workflow, d.name)
+	}
+	if cur := snap.Current; cur != nil && !(cur.Failed() && cur.Redrives < run.Redrives) {
+		// Done before, or failed for good: its outcome stands.
+		w.branchStored(ctx, d, run, *fan, *cur)
 		return
 	}
 	switch {
@@ -56,9 +59,10 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		_ = d.msg.NakWithDelay(w.transientDelay(d.attempt))
 		w.done(run.Workflow, d.name, "error", d)
 		return
-	case run.Status == checkpoint.StatusDead && run.Step == n && run.FailedBranch == i:
-		// This branch sent the run to the dead letters; the letter may not
-		// have been published before a crash.
+	case run.Status == checkpoint.StatusDead && run.Step == n && run.FailedBranch == i && snap.Current == nil:
+		// This branch sent the run to the dead letters before its failure
+		// was stored on its key (an older worker); the letter may not have
+		// been published before a crash.
 		w.publishDeadLetter(ctx, d, run)
 		return
 	default:
@@ -110,7 +114,7 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 	}
 	cp := checkpoint.Checkpoint{
 		RunID: run.ID, Step: m.BranchOf, Branch: m.Branch, Name: b.Step, State: out,
-		Status: checkpoint.StatusRunning, Gen: run.Resumes, Journal: sctx.Calls(), Effects: sctx.Effects(),
+		Status: checkpoint.StatusRunning, Gen: run.Resumes, Redrives: run.Redrives, Journal: sctx.Calls(), Effects: sctx.Effects(),
 		Attempt: d.attempt, At: time.Now().UTC(), Spend: sctx.Spent(),
 		DurationMS: float64(took.Microseconds()) / 1000,
 	}
@@ -147,16 +151,19 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 	switch {
 	case errors.Is(err, checkpoint.ErrCheckpointExists):
 		if outcome == "committed" {
+			// Another delivery stored the branch's outcome first: a
+			// result, or its failure.
 			w.c.lost.Add(1)
-			outcome = "lost"
-			d.log.Info().Msg("branch commit lost; continuing with the stored result")
+			d.log.Info().Msg("branch commit lost; continuing with the stored outcome")
+			w.afterLostBranch(ctx, d)
+			return
 		}
 	case err != nil:
 		w.retryTransient(d, "commit branch", err)
 		return
 	case outcome == "committed":
 		w.c.committed.Add(1)
-		w.cfg.Metrics.CheckpointCommitted(run.Workflow, cp.Name, cp.Size(), 0)
+		w.reportCommit(run, cp, cp.Size(), nil)
 		d.log.Info().Str("name", cp.Name).Int("branches_done", count).Int("branches", len(fan.FanOut.Branches)).Msg("branch committed")
 		w.at(ctx, AfterCheckpoint, d)
 	}
@@ -232,36 +239,95 @@ func (w *Worker) childResults(ctx context.Context, run checkpoint.Run, n int) ([
 	return out, nil
 }
 
-// branchDone reports whether the delivery's branch is committed now; if
-// so it has settled the delivery as a replay (the join published when all
-// are in).
-func (w *Worker) branchDone(ctx context.Context, d *delivery) bool {
-	snap, err := w.cfg.Store.LoadBranch(ctx, d.m.RunID, d.m.BranchOf, d.m.Branch)
-	if err != nil || snap.Current == nil || snap.Previous == nil || snap.Previous.FanOut == nil {
-		return false
+// branchStored settles a delivery of a branch whose outcome cp is stored:
+// a result is counted again and the join published if all are in (its
+// writer may have died before it could); a failure sends the run to the
+// dead letters (its writer may have died before it could).
+func (w *Worker) branchStored(ctx context.Context, d *delivery, run checkpoint.Run, fan checkpoint.Checkpoint, cp checkpoint.Checkpoint) {
+	if cp.Failed() {
+		w.branchDied(ctx, d, run, cp)
+		return
 	}
-	d.log.Info().Msg("the branch was committed by another delivery: its failure here is dropped")
-	w.branchCommitted(ctx, d, snap.Run, *snap.Previous, *snap.Current, "replayed")
-	return true
+	w.c.replayed.Add(1)
+	w.branchCommitted(ctx, d, run, fan, cp, "replayed")
 }
 
-// branchCommittedSince undoes the dead mark this delivery just stored on
-// run when another delivery committed the branch meanwhile, and settles
-// the delivery as a replay. It reports whether it did.
-func (w *Worker) branchCommittedSince(ctx context.Context, d *delivery, dead checkpoint.Run) bool {
+// afterLostBranch reloads the branch after this delivery's outcome lost to
+// another's and goes on with the stored one.
+func (w *Worker) afterLostBranch(ctx context.Context, d *delivery) {
 	snap, err := w.cfg.Store.LoadBranch(ctx, d.m.RunID, d.m.BranchOf, d.m.Branch)
-	if err != nil || snap.Current == nil || snap.Previous == nil || snap.Previous.FanOut == nil {
-		return false
-	}
-	back := dead
-	back.Status, back.Error, back.FailedBranch, back.UpdatedAt = checkpoint.StatusRunning, "", 0, time.Now().UTC()
-	restored, err := w.cfg.Store.UpdateRun(ctx, back)
 	if err != nil {
-		// The run moved again (a redrive, a cancel): it stays as it is.
-		d.log.Warn().Err(err).Msg("branch committed by another delivery after this one marked the run dead; not undone")
-		return false
+		w.retryTransient(d, "reload branch", err)
+		return
 	}
-	d.log.Warn().Msg("branch committed by another delivery as this one marked the run dead: the mark is undone")
-	w.branchCommitted(ctx, d, restored, *snap.Previous, *snap.Current, "replayed")
-	return true
+	if snap.Current == nil || snap.Previous == nil || snap.Previous.FanOut == nil {
+		w.retryTransient(d, "reload branch", errors.New("the branch's stored outcome is not readable yet"))
+		return
+	}
+	w.branchStored(ctx, d, snap.Run, *snap.Previous, *snap.Current)
+}
+
+// branchFailed stores the failure of the delivery's branch on the
+// branch's own key, first writer wins against any other outcome of the
+// branch (a commit by another delivery of it: a replay, a repair, a
+// redrive), then sends the run to the dead letters. The branch has one
+// outcome, so a failure that loses to a commit changes nothing, and a
+// commit that loses to a failure publishes no join.
+func (w *Worker) branchFailed(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
+	m := d.m
+	mark := checkpoint.Checkpoint{
+		RunID: run.ID, Step: m.BranchOf, Branch: m.Branch, Name: d.name, Status: checkpoint.StatusDead,
+		Error: reason, Gen: run.Resumes, Redrives: run.Redrives, Attempt: d.attempt, At: time.Now().UTC(),
+	}
+	_, err := w.cfg.Store.CommitBranch(ctx, mark)
+	if errors.Is(err, checkpoint.ErrCheckpointExists) {
+		d.log.Info().Msg("the branch's outcome was stored by another delivery: its failure here is dropped")
+		w.afterLostBranch(ctx, d)
+		return
+	}
+	if err != nil {
+		w.retryTransient(d, "store branch failure", err)
+		return
+	}
+	w.branchDied(ctx, d, run, mark)
+}
+
+// branchDied marks run dead for the branch failure stored as mark, unless
+// the run is past it, and publishes the dead letter. Branch commits never
+// move the run's revision, so a conflict here is another change of the
+// run (a signal, a cancel): read it again.
+func (w *Worker) branchDied(ctx context.Context, d *delivery, run checkpoint.Run, mark checkpoint.Checkpoint) {
+	for {
+		switch {
+		case run.Redrives != mark.Redrives || run.Step != mark.Step:
+			// Redriven since (the branch runs again), or gone on.
+			w.ackStale(d, d.name)
+			return
+		case run.Status == checkpoint.StatusDead && run.FailedBranch == mark.Branch:
+			// Marked by the failure's writer, which may have died before
+			// publishing the letter: publishing it again is deduplicated.
+			w.publishDeadLetter(ctx, d, run)
+			return
+		case run.Status != checkpoint.StatusRunning:
+			w.ackStale(d, d.name)
+			return
+		}
+		next := run
+		next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, mark.Error, time.Now().UTC()
+		next.FailedBranch, next.Wait = mark.Branch, nil
+		stored, err := w.cfg.Store.UpdateRun(ctx, next)
+		if errors.Is(err, checkpoint.ErrConflict) {
+			if run, err = w.cfg.Store.GetRun(ctx, run.ID); err != nil {
+				w.retryTransient(d, "mark dead", err)
+				return
+			}
+			continue
+		}
+		if err != nil {
+			w.retryTransient(d, "mark dead", err)
+			return
+		}
+		w.markedDead(ctx, d, stored)
+		return
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -232,6 +233,86 @@ func TestEmptyFanOutAndNoChildren(t *testing.T) {
 			f.WaitStatus("fan-0", checkpoint.StatusCompleted, 30*time.Second)
 			f.WaitStatus("nokids-1", checkpoint.StatusCompleted, 30*time.Second)
 			p.check(t, 0)
+		})
+	}
+}
+
+// Upgrade (issue 23 item 5): a run sent to the dead letters by a branch
+// before branch failures were stored on the branch's key (FailedBranch
+// set, nothing on the branch's key, the other branches committed as that
+// code wrote them) still gets its letter from a queued delivery of the
+// branch, and a redrive by this code finishes it, paying only the branch
+// that failed.
+func TestBranchDeadWrittenByPreviousCode(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			var p payments
+			f := testfleet.New(t, kind)
+			s := f.Store
+			run, err := s.CreateRun(ctx, checkpoint.Run{
+				ID: "fan-old", Workflow: "fan", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "split",
+				Input: json.RawMessage(`{"branches":3}`), CreatedAt: time.Now().UTC(), UpdatedAt: time.Now().UTC(),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fan := checkpoint.Checkpoint{RunID: "fan-old", Step: 1, Name: "split", State: json.RawMessage(`{"branches":3,"total":0,"keys":null}`),
+				Next: "sum", Status: checkpoint.StatusRunning, Attempt: 1, At: time.Now().UTC(), FanOut: &checkpoint.FanOut{}}
+			for i := 1; i <= 3; i++ {
+				fan.FanOut.Branches = append(fan.FanOut.Branches, checkpoint.Branch{Step: "pay", Input: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+			}
+			run.Step, run.StepName, run.Steps = 2, "sum", 1
+			if run, err = s.Commit(ctx, run, fan); err != nil {
+				t.Fatal(err)
+			}
+			// Branches 1 and 3 as the previous code committed them (no
+			// redrives field: it wrote none).
+			for _, i := range []int{1, 3} {
+				key := fmt.Sprintf("fan-old:step2.%d", i)
+				if _, err := s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: "fan-old", Step: 2, Branch: i, Name: "pay",
+					State: json.RawMessage(fmt.Sprintf(`{"key":%q,"amount":%d}`, key, i)), Status: checkpoint.StatusRunning,
+					Effects: []checkpoint.Effect{{Key: key}}, Attempt: 1, At: time.Now().UTC()}); err != nil && !errors.Is(err, checkpoint.ErrCheckpointExists) {
+					t.Fatal(err)
+				}
+			}
+			for a := 1; a <= 3; a++ {
+				if _, err := s.RecordBranchFailure(ctx, "fan-old", 2, 2, checkpoint.Failure{Attempt: a, Error: "ledger down"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Marked dead by branch 2, as the previous deadLetter did.
+			dead := run
+			dead.Status, dead.Error, dead.FailedBranch = checkpoint.StatusDead, "branch 2 (pay) of the fan-out joined at step 2 failed 3 times: ledger down", 2
+			if _, err := s.UpdateRun(ctx, dead); err != nil {
+				t.Fatal(err)
+			}
+			f.StartWorker(steps.NewRegistry().MustRegister(fanWorkflow(p.pay, nil, nil)), nil)
+			// A delivery of branch 2 still queued: it publishes the letter.
+			if _, err := queue.PublishStep(ctx, f.JS, queue.BranchStep(dead, 2, 2, "pay"), "fan-old:2.2:old"); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, "the dead letter", func() bool {
+				dls, err := f.Client.DeadLetters(ctx)
+				return err == nil && len(dls) == 1 && dls[0].RunID == "fan-old"
+			})
+			if r, err := s.GetRun(ctx, "fan-old"); err != nil || r.Status != checkpoint.StatusDead || r.FailedBranch != 2 {
+				t.Fatalf("run after the queued branch: %+v, %v; want dead by branch 2", r, err)
+			}
+			if _, err := f.Client.Redrive(ctx, "fan-old", "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			done := f.WaitStatus("fan-old", checkpoint.StatusCompleted, 20*time.Second)
+			cps := f.Checkpoints("fan-old")
+			var st fanState
+			if err := json.Unmarshal(cps[len(cps)-1].State, &st); err != nil || st.Total != 6 || len(st.Keys) != 3 {
+				t.Fatalf("join state %+v (%v), run %+v: want total 6 over 3 keys", st, err, done)
+			}
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if len(p.calls) != 1 || p.calls["fan-old:step2.2"] != 1 {
+				t.Fatalf("paid %v: want branch 2 once, the others not again", p.calls)
+			}
 		})
 	}
 }

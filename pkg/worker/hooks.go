@@ -27,6 +27,10 @@ const (
 	AfterCheckpoint Boundary = "after-checkpoint"
 	// AfterPublish: the next step is published; the delivery is not acked.
 	AfterPublish Boundary = "after-publish"
+	// DeadMarked: the step or branch failed for good and the run is
+	// marked dead; its dead letter is not published yet. A crash here is
+	// repaired by the redelivery, which finds the run dead at its step.
+	DeadMarked Boundary = "dead-marked"
 )
 
 // Delivery names the step message a hook is called for.

@@ -468,39 +468,36 @@ func (w *Worker) what(d *delivery) string {
 
 // deadLetter marks the run dead, publishes the dead letter and acks. The
 // run is marked first so that a duplicate delivery that loses the race
-// publishes nothing for a healthy run.
+// publishes nothing for a healthy run. A branch's failure is first stored
+// on the branch's own key (branchFailed).
 func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run, reason string) {
-	if d.m.Branch > 0 && w.branchDone(ctx, d) {
-		// Another delivery of the branch committed it: this one's failure
-		// changes nothing (branch commits never move the run's revision,
-		// so the mark below would not see it).
+	if d.m.Branch > 0 {
+		w.branchFailed(ctx, d, run, reason)
 		return
 	}
 	next := run
 	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
-	next.FailedBranch, next.Wait = d.m.Branch, nil
+	next.Wait = nil
 	stored, err := w.cfg.Store.UpdateRun(ctx, next)
+	if errors.Is(err, checkpoint.ErrConflict) {
+		w.afterLostCommit(ctx, d)
+		return
+	}
 	if err != nil {
-		if errors.Is(err, checkpoint.ErrConflict) && d.m.Branch > 0 {
-			// The run moved (the join ran, a cancel): the redelivery reads
-			// where it is.
-			w.retryTransient(d, "mark dead", err)
-			return
-		}
-		if errors.Is(err, checkpoint.ErrConflict) {
-			w.afterLostCommit(ctx, d)
-			return
-		}
 		w.retryTransient(d, "mark dead", err)
 		return
 	}
-	if d.m.Branch > 0 && w.branchCommittedSince(ctx, d, stored) {
-		return
-	}
+	w.markedDead(ctx, d, stored)
+}
+
+// markedDead counts and announces the run this delivery marked dead, then
+// publishes its dead letter and acks.
+func (w *Worker) markedDead(ctx context.Context, d *delivery, stored checkpoint.Run) {
 	w.c.dead.Add(1)
-	w.cfg.Metrics.DeadLettered(run.Workflow, d.name)
+	w.cfg.Metrics.DeadLettered(stored.Workflow, d.name)
 	w.statusChanged(ctx, stored)
-	d.log.Error().Str("reason", reason).Msg("run dead-lettered")
+	d.log.Error().Str("reason", stored.Error).Msg("run dead-lettered")
+	w.at(ctx, DeadMarked, d)
 	w.publishDeadLetter(ctx, d, stored)
 }
 

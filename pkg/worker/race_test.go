@@ -3,6 +3,8 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,5 +125,107 @@ func TestDuplicateBranchFailureAfterCommit(t *testing.T) {
 				t.Fatalf("branch 1 ran %d times, want 2 (the duplicate ran and failed)", bodies.Load())
 			}
 		})
+	}
+}
+
+// Issue 23 item 5: delivery A of a branch fails for good and marks the run
+// dead while delivery B of the same branch (a replay, a repair) is in its
+// body; B then finishes. The branch has one outcome, the first stored on
+// its own key: the run is either dead with its dead letter, and a redrive
+// completes it, or completed without one; never running with no message
+// and a false dead letter.
+func TestBranchDeadMarkRacesCommit(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			ctx := context.Background()
+			var calls atomic.Int32
+			bEntered, aMarked := make(chan struct{}), make(chan struct{})
+			var markOnce sync.Once
+			letters := func() int {
+				dls, err := f.Client.DeadLetters(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				n := 0
+				for _, dl := range dls {
+					if dl.RunID == "f5" {
+						n++
+					}
+				}
+				return n
+			}
+			wf := steps.New[num]("deadrace", 1).
+				Step("split", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.FanOut("join", st, steps.Branch{Step: "leaf", Input: 1}), nil
+				}).
+				Branch("leaf", steps.BranchFunc(func(ctx context.Context, _ *steps.Context, i int) (int, error) {
+					switch calls.Add(1) {
+					case 1: // A: a duplicate B starts; A fails for good while B runs.
+						if _, err := queue.PublishStep(ctx, f.JS, queue.BranchStep(checkpoint.Run{ID: "f5", Workflow: "deadrace"}, 2, 1, "leaf"), "f5:2.1:dup"); err != nil {
+							t.Error(err)
+						}
+						waitChan(t, bEntered, "B in its body")
+						return 0, steps.Permanent(errors.New("ledger refused"))
+					case 2: // B: succeeds once A has marked the run dead.
+						close(bEntered)
+						waitChan(t, aMarked, "A marked the run dead")
+						return i, nil
+					}
+					return i, nil // after the redrive
+				})).
+				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
+			f.StartWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) {
+				c.Concurrency = 8
+				c.Hooks = append(c.Hooks, worker.HookFunc(func(ctx context.Context, b worker.Boundary, d worker.Delivery) {
+					if b != worker.DeadMarked || d.RunID != "f5" || d.Branch != 1 {
+						return
+					}
+					markOnce.Do(func() {
+						close(aMarked)
+						// A goes on once B's outcome reached the dead letters
+						// (B's own, or the join's that B published).
+						testenv.Eventually(t, 10*time.Second, "a dead letter after B", func() bool { return letters() > 0 })
+					})
+				}))
+			})
+			f.Start("deadrace", "f5", "")
+			var run checkpoint.Run
+			testenv.Eventually(t, 20*time.Second, "f5 settled", func() bool {
+				var err error
+				run, err = f.Store.GetRun(ctx, "f5")
+				return err == nil && run.Status.Terminal()
+			})
+			// Let A finish whatever it does after its hook.
+			time.Sleep(500 * time.Millisecond)
+			run, err := f.Store.GetRun(ctx, "f5")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch n := letters(); {
+			case run.Status == checkpoint.StatusCompleted && n == 0:
+				return
+			case run.Status != checkpoint.StatusDead || n != 1:
+				t.Fatalf("run %s at step %d (%q) with %d dead letter(s): want dead with one letter, or completed with none", run.Status, run.Step, run.Error, n)
+			}
+			if run.FailedBranch != 1 || !strings.Contains(run.Error, "ledger refused") {
+				t.Fatalf("dead run: failed branch %d, error %q", run.FailedBranch, run.Error)
+			}
+			if _, err := f.Client.Redrive(ctx, "f5", "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			f.WaitStatus("f5", checkpoint.StatusCompleted, 20*time.Second)
+		})
+	}
+}
+
+func waitChan(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(10 * time.Second):
+		t.Errorf("timed out waiting for %s", what)
 	}
 }

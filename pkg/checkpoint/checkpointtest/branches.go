@@ -194,3 +194,69 @@ func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
 		sameCheckpoint(t, fmt.Sprint("branch ", cp.Branch), cp, branchCheckpoint("fan-3", 2, cp.Branch, fmt.Sprint("writer-", winner[cp.Branch])))
 	}
 }
+
+// branchFailure is the stored failure of branch i of the fan-out whose
+// join is step n, under the run's redrives.
+func branchFailure(id string, n, i, redrives int) checkpoint.Checkpoint {
+	cp := branchCheckpoint(id, n, i, "failure")
+	cp.Status, cp.Error, cp.Effects, cp.Redrives = checkpoint.StatusDead, "ledger refused", nil, redrives
+	return cp
+}
+
+// A branch's outcome, result or failure, is first writer wins on its own
+// key (issue 23 item 5): a failure stored first refuses a later result of
+// the same redrives, is neither counted nor listed, and gives way to the
+// first outcome of a later redrive; a result stored first refuses a
+// failure.
+func testBranchOutcome(t *testing.T, s checkpoint.Store) {
+	fanOutRun(t, s, "fan-o", 3)
+	if n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-o", 2, 1, "first")); err != nil || n != 1 {
+		t.Fatalf("CommitBranch 1 = %d, %v", n, err)
+	}
+	// A result first: a failure of the branch is refused.
+	_, err := s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 1, 0))
+	wantErr(t, "failure after a result", err, checkpoint.ErrCheckpointExists)
+	if snap, err := s.LoadBranch(ctx(t), "fan-o", 2, 1); err != nil || snap.Current == nil || snap.Current.Failed() {
+		t.Fatalf("branch 1 after a refused failure: %+v, %v; want its result", snap.Current, err)
+	}
+
+	// A failure first: a result of the same redrives is refused.
+	if n, err := s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 2, 0)); err != nil || n != 0 {
+		t.Fatalf("failure of branch 2 = %d, %v; want 0, nil", n, err)
+	}
+	_, err = s.CommitBranch(ctx(t), branchCheckpoint("fan-o", 2, 2, "late"))
+	wantErr(t, "result after a failure", err, checkpoint.ErrCheckpointExists)
+	_, err = s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 2, 0))
+	wantErr(t, "second failure", err, checkpoint.ErrCheckpointExists)
+	snap, err := s.LoadBranch(ctx(t), "fan-o", 2, 2)
+	if err != nil || snap.Current == nil || !snap.Current.Failed() || snap.Current.Error != "ledger refused" {
+		t.Fatalf("branch 2 after a failure: %+v, %v; want the failure", snap.Current, err)
+	}
+	// Branch 3's result is the newest write: it counts, without branch 2.
+	if n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-o", 2, 3, "first")); err != nil || n != 2 {
+		t.Fatalf("CommitBranch 3 = %d, %v; want 2: a failure is not counted", n, err)
+	}
+	if done, err := s.BranchCheckpoints(ctx(t), "fan-o", 2, 3); err != nil || len(done) != 2 || done[0].Branch != 1 || done[1].Branch != 3 {
+		t.Fatalf("BranchCheckpoints = %+v, %v; want branches 1 and 3: a failure is not listed", done, err)
+	}
+
+	// After a redrive the failure gives way to the first outcome.
+	if n, err := s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 2, 1)); err != nil || n != 0 {
+		t.Fatalf("failure of branch 2 after a redrive = %d, %v; want it written", n, err)
+	}
+	late := branchCheckpoint("fan-o", 2, 2, "redriven")
+	late.Redrives = 1
+	_, err = s.CommitBranch(ctx(t), late)
+	wantErr(t, "result after a failure of the same redrive", err, checkpoint.ErrCheckpointExists)
+	late.Redrives = 2
+	if n, err := s.CommitBranch(ctx(t), late); err != nil || n != 3 {
+		t.Fatalf("result of branch 2 after the second redrive = %d, %v; want 3", n, err)
+	}
+	_, err = s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 2, 3))
+	wantErr(t, "failure after the result", err, checkpoint.ErrCheckpointExists)
+	done, err := s.BranchCheckpoints(ctx(t), "fan-o", 2, 3)
+	if err != nil || len(done) != 3 {
+		t.Fatalf("BranchCheckpoints = %d, %v; want 3", len(done), err)
+	}
+	sameCheckpoint(t, "branch 2's result", done[1], late)
+}

@@ -95,6 +95,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"BranchCommit", testBranchCommit},
 		{"BranchJournalsAndFailures", testBranchJournalsAndFailures},
 		{"BranchCommitConcurrent", testBranchCommitConcurrent},
+		{"BranchOutcome", testBranchOutcome},
 		{"Workflows", testWorkflows},
 		{"DueClaimOnce", testDueClaimOnce},
 		{"DueReindex", testDueReindex},

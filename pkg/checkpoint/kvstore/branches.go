@@ -30,18 +30,19 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 	return snap, nil
 }
 
-// CommitBranch creates cp.<R>.<n>.<i>, the checkpoint of branch i of the
-// fan-out whose join is step n: the first writer wins. The run record is
-// not written: a thousand branches compare-and-setting one key would
-// retry each other into the ground. Then it counts: it reads the newest
+// CommitBranch creates cp.<R>.<n>.<i>, the outcome of branch i of the
+// fan-out whose join is step n: the first writer wins, but a stored
+// failure of fewer redrives than the writer's is written over by
+// compare-and-set on its revision. The run record is not written: a
+// thousand branches compare-and-setting one key would retry each other
+// into the ground. Then a result's writer counts: it reads the newest
 // message on cp.<R>.<n>.* from the leader, and only when that is its own
-// key does it count the fan-out's branch keys (one stream info with a
-// subject filter); otherwise a later writer, whose write is newer, counts
-// after it and it answers 0. The last writer in stream order always counts,
-// after every other write, so at least one writer counts them all, with
-// one full count per fan-out instead of one per branch. Branch keys are
-// never deleted: a create succeeds over a delete marker, and a marker is
-// a subject the count would see.
+// key does it count the fan-out's results (one read of the branch keys,
+// failures left out); otherwise a later writer, whose write is newer,
+// counts after it and it answers 0. The last writer in stream order
+// always counts, after every other write, so at least one writer counts
+// them all, with one full count per fan-out instead of one per branch.
+// Branch keys are never deleted: a create succeeds over a delete marker.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
 		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
@@ -68,14 +69,15 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		return fail(checkpoint.ErrNotFound)
 	}
 	key := branchKey(cpKey(cp.RunID, cp.Step), cp.Branch)
-	_, err = s.create(ctx, key, doc)
-	exists := errors.Is(err, errWrongRevision)
-	if err != nil && !exists {
-		return fail(err)
-	}
-	count, err := s.countBranches(ctx, cp.RunID, cp.Step, key)
+	failed, exists, err := s.writeOutcome(ctx, key, doc, cp.Failed(), cp.Redrives)
 	if err != nil {
 		return fail(err)
+	}
+	count := 0
+	if !failed {
+		if count, err = s.countBranches(ctx, cp.RunID, cp.Step, key); err != nil {
+			return fail(err)
+		}
 	}
 	if exists {
 		return count, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
@@ -83,8 +85,52 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 	return count, nil
 }
 
-// countBranches counts the branch checkpoints of the fan-out whose join is
-// step n if the newest of them is own, and answers 0 otherwise.
+// outcomeRetries bounds the compare-and-set rounds of writeOutcome: each
+// lost round means another outcome of the branch was written meanwhile.
+const outcomeRetries = 10
+
+// writeOutcome writes doc, a failure or not, at branch key key unless an
+// outcome is stored there already that a writer of redrives may not
+// replace (see CommitBranch). It returns whether the outcome stored now
+// is a failure and whether it is another writer's.
+func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, failed bool, redrives int) (bool, bool, error) {
+	var rev uint64 // 0: create
+	for range outcomeRetries {
+		var err error
+		if rev == 0 {
+			_, err = s.create(ctx, key, doc)
+		} else {
+			_, err = s.put(ctx, key, doc, rev)
+		}
+		if err == nil {
+			return failed, false, nil
+		}
+		if !errors.Is(err, errWrongRevision) {
+			return failed, false, err
+		}
+		e, err := s.get(ctx, key)
+		if err != nil {
+			return failed, false, err
+		}
+		if !e.found {
+			rev = 0 // a delete marker, or gone: create over it
+			continue
+		}
+		var cur checkpoint.Checkpoint
+		if err := unmarshal(e.value, &cur); err != nil {
+			return failed, false, fmt.Errorf("%s: %w", key, err)
+		}
+		if !cur.Failed() || cur.Redrives >= redrives {
+			return cur.Failed(), true, nil
+		}
+		rev = e.rev // a failure from before a redrive: write over it
+	}
+	return failed, false, fmt.Errorf("%s still contended after %d writes", key, outcomeRetries)
+}
+
+// countBranches counts the committed results among the branches of the
+// fan-out whose join is step n if the newest branch key is own, and
+// answers 0 otherwise.
 func (s *Store) countBranches(ctx context.Context, id string, n int, own string) (int, error) {
 	filter := cpKey(id, n) + ".*"
 	subject, _, err := s.getLast(ctx, filter)
@@ -94,16 +140,31 @@ func (s *Store) countBranches(ctx context.Context, id string, n int, own string)
 	if subject != s.subjects+own {
 		return 0, nil
 	}
-	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.subjects+filter))
+	count := 0
+	err = s.scan(ctx, filter, func(e jetstream.KeyValueEntry) error {
+		var cp outcome
+		if err := unmarshal(e.Value(), &cp); err != nil {
+			return fmt.Errorf("%s: %w", e.Key(), err)
+		}
+		if cp.Status != checkpoint.StatusDead {
+			count++
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("count %s: %w", filter, err)
 	}
-	return len(info.State.Subjects), nil
+	return count, nil
+}
+
+// outcome is the part of a branch key's document a count reads.
+type outcome struct {
+	Status checkpoint.Status `json:"status"`
 }
 
 // BranchCheckpoints reads the branch checkpoints of the fan-out whose join
-// is step n with one watcher over cp.<R>.<n>.* and returns those among
-// branches 1..total, in branch order.
+// is step n with one watcher over cp.<R>.<n>.* and returns the results
+// among branches 1..total, in branch order (a stored failure is none).
 func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) ([]checkpoint.Checkpoint, error) {
 	if err := readID(id); err != nil {
 		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
@@ -122,7 +183,9 @@ func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) 
 		if err := unmarshal(e.Value(), &cp); err != nil {
 			return fmt.Errorf("%s: %w", e.Key(), err)
 		}
-		out = append(out, cp)
+		if !cp.Failed() {
+			out = append(out, cp)
+		}
 		return nil
 	})
 	if err != nil {

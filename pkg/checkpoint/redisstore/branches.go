@@ -9,27 +9,44 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
-// branchScript commits a branch's checkpoint first-writer-wins and marks
-// it in the fan-out's bitmap, in one step. KEYS: run, branch checkpoint,
-// bitmap. ARGV: checkpoint JSON, branch index. Reply: {wrote (1 or 0),
+// branchScript stores a branch's outcome first-writer-wins and marks a
+// result in the fan-out's bitmap, in one step. KEYS: run, branch
+// checkpoint, bitmap. ARGV: checkpoint JSON, branch index, 1 for a result
+// or 0 for a failure, the writer's redrives. A stored failure of fewer
+// redrives than the writer's is written over (a redrive grants the branch
+// a new outcome); any other stored outcome stays. Reply: {wrote (1 or 0),
 // branches committed}, or -1 when the run is missing. The count is
 // returned to a duplicate too: the redelivery of a writer that died before
 // publishing the join must learn that all branches are in.
 var branchScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local wrote = 0
-if redis.call('SET', KEYS[2], ARGV[1], 'NX') then wrote = 1 end
-redis.call('SETBIT', KEYS[3], ARGV[2], 1)
+local wrote, result = 0, ARGV[3] == '1'
+local cur = redis.call('GET', KEYS[2])
+if cur then
+  local ok, doc = pcall(cjson.decode, cur)
+  local failed = ok and type(doc) == 'table' and doc.status == 'dead'
+  if failed and (tonumber(doc.redrives) or 0) < tonumber(ARGV[4]) then
+    cur = false
+  else
+    result = not failed
+  end
+end
+if not cur then
+  redis.call('SET', KEYS[2], ARGV[1])
+  wrote = 1
+end
+if result then redis.call('SETBIT', KEYS[3], ARGV[2], 1) end
 return {wrote, redis.call('BITCOUNT', KEYS[3])}
 `)
 
 func (s *Store) bitsKey(id string, n int) string { return s.stepKeys(id, n, 0).cp + ":bits" }
 
-// CommitBranch writes the checkpoint of branch cp.Branch of the fan-out
-// whose join is step cp.Step, first writer wins, and sets the branch's bit
-// in the fan-out's bitmap (<prefix>:{R}:cp:<n>:bits, a key of its own so
-// that branches never move the run's revision). It returns the bitmap's
-// count, to a duplicate as well (with ErrCheckpointExists).
+// CommitBranch writes the outcome of branch cp.Branch of the fan-out
+// whose join is step cp.Step, first writer wins, and for a result sets
+// the branch's bit in the fan-out's bitmap (<prefix>:{R}:cp:<n>:bits, a
+// key of its own so that branches never move the run's revision). It
+// returns the bitmap's count, to a duplicate as well (with
+// ErrCheckpointExists); 0 to a failure's writer.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
 		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
@@ -45,7 +62,11 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		return fail(err)
 	}
 	k := s.stepKeys(cp.RunID, cp.Step, cp.Branch)
-	res, err := s.batch.run(ctx, branchScript, []string{k.run, k.cp, s.bitsKey(cp.RunID, cp.Step)}, doc, cp.Branch).Result()
+	result := 1
+	if cp.Failed() {
+		result = 0
+	}
+	res, err := s.batch.run(ctx, branchScript, []string{k.run, k.cp, s.bitsKey(cp.RunID, cp.Step)}, doc, cp.Branch, result, cp.Redrives).Result()
 	if err != nil {
 		return fail(err)
 	}
@@ -58,6 +79,9 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 	}
 	wrote, _ := reply[0].(int64)
 	count, _ := reply[1].(int64)
+	if cp.Failed() {
+		count = 0
+	}
 	if wrote == 0 {
 		return int(count), fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
 	}
@@ -66,7 +90,7 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 
 // BranchCheckpoints reads branches 1..total of the fan-out whose join is
 // step n with one MGET (all keys share the run's slot) and returns those
-// committed, in branch order.
+// committed, in branch order (a stored failure is not a commit).
 func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) ([]checkpoint.Checkpoint, error) {
 	if err := readID(id); err != nil {
 		return nil, fmt.Errorf("branch checkpoints %s:%d: %w", id, n, err)
@@ -88,7 +112,7 @@ func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) 
 		if err != nil {
 			return nil, fmt.Errorf("branch checkpoints %s:%s: %w", id, stepLabel(n, i+1), err)
 		}
-		if cp != nil {
+		if cp != nil && !cp.Failed() {
 			out = append(out, *cp)
 		}
 	}
