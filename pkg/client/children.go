@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // waitWhat names what a wait that is not an approval waits for.
@@ -76,7 +77,7 @@ func (c *Client) ChildEnded(ctx context.Context, run checkpoint.Run) error {
 // ResumeParent resumes run id if it waits for child runs and all of them
 // have ended: a compare-and-set on the run, so of the children that end
 // at once exactly one resumes it, and then its next step is published
-// (id <run>:<n>:children). Every child that ends reads its siblings after
+// (id <run>:<n>:children<generation>). Every child that ends reads its siblings after
 // its own end is stored, so the last to end sees all ended. It reports
 // whether it resumed the run.
 func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
@@ -111,7 +112,7 @@ func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
 			return false, fmt.Errorf("resume parent %s: %w", id, err)
 		}
 		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, fmt.Sprintf("%s:%d:children", stored.ID, stored.Step)); err != nil {
+		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Children)); err != nil {
 			return true, fmt.Errorf("parent %s resumed but its step was not published; the scheduler's repair publishes it: %w", id, err)
 		}
 		return true, nil

@@ -355,15 +355,11 @@ func (c *Client) decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 			return run, fmt.Errorf("record decision on %s: %w", run.ID, err)
 		}
 		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, resumeID(stored)); err != nil {
+		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Resume)); err != nil {
 			return stored, fmt.Errorf("decision recorded but the resume of step %d was not published; deciding again republishes it: %w", stored.Step, err)
 		}
 		return stored, nil
 	}
-}
-
-func resumeID(run checkpoint.Run) string {
-	return fmt.Sprintf("%s:%d:resume%d", run.ID, run.Step, run.Resumes)
 }
 
 // republishResume publishes the resume of a run that was decided and is
@@ -376,7 +372,7 @@ func (c *Client) republishResume(ctx context.Context, run checkpoint.Run) {
 	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step {
 		return
 	}
-	_ = c.publish(ctx, run, resumeID(run))
+	_ = c.publish(ctx, run, queue.ResumeMsgID(run, queue.Resume))
 }
 
 // ActionOption qualifies an operator's action (Cancel, Redrive).

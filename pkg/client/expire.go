@@ -121,18 +121,14 @@ func expiredResumeID(run checkpoint.Run) string {
 	}
 	switch {
 	case e.Kind == checkpoint.AuditTimer:
-		return wakeID(run)
+		return queue.ResumeMsgID(run, queue.Wake)
 	case e.Kind != checkpoint.AuditExpired:
 		return ""
 	}
 	if s := run.Signals; len(s) > 0 && s[len(s)-1].Expired && s[len(s)-1].At.Equal(e.At) {
-		return signalResumeID(run)
+		return queue.ResumeMsgID(run, queue.Signal)
 	}
-	return resumeID(run)
-}
-
-func wakeID(run checkpoint.Run) string {
-	return fmt.Sprintf("%s:%d:wake", run.ID, run.Step)
+	return queue.ResumeMsgID(run, queue.Resume)
 }
 
 // expireRun computes the run after its wait expired, and what it owes
@@ -168,12 +164,12 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Reason: reason})
 		next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
 		next.Resumes++
-		return ExpireResult{Action: ExpireSignal}, next, owed{stepID: signalResumeID(next)}
+		return ExpireResult{Action: ExpireSignal}, next, owed{stepID: queue.ResumeMsgID(next, queue.Signal)}
 	}
 	if w.Kind == checkpoint.WaitTimer {
 		next.Status, next.Wait = checkpoint.StatusRunning, nil
 		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditTimer, Reason: "timer set for " + w.Deadline.Format(time.RFC3339Nano) + " fired"})
-		return ExpireResult{Action: ExpireWoke}, next, owed{stepID: wakeID(next)}
+		return ExpireResult{Action: ExpireWoke}, next, owed{stepID: queue.ResumeMsgID(next, queue.Wake)}
 	}
 	switch {
 	case w.OnExpiry == "escalate" && w.EscalateTo != "":
@@ -193,7 +189,7 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 			Reason: fmt.Sprintf("no decision by %s within %s; reminder sent, %d left", w.Group, ttl, nw.Reminders)})
 		rem := &Reminder{RunID: run.ID, Workflow: run.Workflow, Step: w.Step, Group: w.Group, PayloadSHA256: w.PayloadSHA256, Deadline: nw.Deadline, Left: nw.Reminders}
 		return ExpireResult{Action: ExpireReminded, Next: nw.Deadline}, next,
-			owed{reminder: rem, reminderID: fmt.Sprintf("%s:%d:remind%d:%d", run.ID, w.Step, run.Resumes, nw.Reminders)}
+			owed{reminder: rem, reminderID: queue.ReminderMsgID(run, w.Step, nw.Reminders)}
 	}
 	reason := fmt.Sprintf("expired: no decision by %s within %s", w.Group, ttl)
 	next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
@@ -203,7 +199,7 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 	audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Group: w.Group, Decision: checkpoint.DecisionRejected, PayloadSHA256: w.PayloadSHA256, Reason: reason})
 	next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
 	next.Resumes++
-	return ExpireResult{Action: ExpireRejected}, next, owed{stepID: resumeID(next)}
+	return ExpireResult{Action: ExpireRejected}, next, owed{stepID: queue.ResumeMsgID(next, queue.Resume)}
 }
 
 // Repair publishes again what a running run waits for when it made no
@@ -231,7 +227,7 @@ func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Tim
 		if err != nil {
 			return false, err
 		}
-		return c.publishNew(ctx, run, fmt.Sprintf("%s:%d:repair%d", run.ID, run.Step, run.UpdatedAt.UnixMilli()))
+		return c.publishNew(ctx, run, queue.RepairMsgID(run, run.UpdatedAt))
 	}
 	progress := run.UpdatedAt
 	for _, cp := range done {
@@ -242,7 +238,7 @@ func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Tim
 	if progress.After(cutoff) {
 		return false, nil
 	}
-	n, err := queue.PublishFanOut(ctx, c.js, run, *fan, done, fmt.Sprintf(":repair%d", progress.UnixMilli()))
+	n, err := queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.RepairSuffix(run, progress))
 	return n > 0, err
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -75,12 +74,11 @@ func (c *Client) publishRedrive(ctx context.Context, run checkpoint.Run) error {
 	if err != nil {
 		return err
 	}
-	suffix := ":redrive" + strconv.Itoa(run.Redrives)
 	if fan != nil {
-		_, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, suffix)
+		_, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.Redrive.Suffix(run))
 		return err
 	}
-	return c.publish(ctx, run, queue.MsgID(run.ID, run.Step)+suffix)
+	return c.publish(ctx, run, queue.ResumeMsgID(run, queue.Redrive))
 }
 
 // startChildrenOf starts the child runs the step before run's cursor

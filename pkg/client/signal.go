@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // Bounds of the pending signals a run keeps (they live on its record
@@ -129,7 +130,7 @@ func (c *Client) signal(ctx context.Context, req SignalRequest) (SignalResult, e
 			return res, nil
 		}
 		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, signalResumeID(stored)); err != nil {
+		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Signal)); err != nil {
 			return res, fmt.Errorf("signal stored and run %s resumed, but its step was not published; the scheduler's repair publishes it: %w", stored.ID, err)
 		}
 		return res, nil
@@ -168,10 +169,6 @@ func signalRoom(run checkpoint.Run, req SignalRequest) error {
 		return fmt.Errorf("run %s holds %d pending signals (%d bytes of data with this one); at most %d and %d bytes: %w: a step must consume them (Context.Signal) before more can come", run.ID, n, size, MaxSignalsPerRun, MaxSignalBytesPerRun, ErrTooManySignals)
 	}
 	return nil
-}
-
-func signalResumeID(run checkpoint.Run) string {
-	return fmt.Sprintf("%s:%d:signal%d", run.ID, run.Step, run.Resumes)
 }
 
 // checkSignal validates req and fills in its id.

@@ -57,19 +57,6 @@ func StepFilter(workflow string) string { return stepPrefix + workflow + ".*" }
 // DLQSubject is the dead-letter subject of a run.
 func DLQSubject(workflow, run string) string { return dlqPrefix + workflow + "." + run }
 
-// MsgID is the Nats-Msg-Id of the regular publish of step n of run.
-func MsgID(run string, n int) string { return run + ":" + strconv.Itoa(n) }
-
-// BranchMsgID is the Nats-Msg-Id of the regular publish of branch i of
-// the fan-out whose join is step n: "<run>:<n>.<i>".
-func BranchMsgID(run string, n, i int) string { return MsgID(run, n) + "." + strconv.Itoa(i) }
-
-// JoinMsgID is the Nats-Msg-Id of the join's publish by the branch that
-// found every branch of its fan-out committed: "<run>:<n>:join". It is
-// not MsgID(run, n): a message for step n published early under that id
-// would make the stream drop the join as a duplicate.
-func JoinMsgID(run string, n int) string { return MsgID(run, n) + ":join" }
-
 // StepMsg is the body of a step message. The checkpoint store, not the
 // message, is the truth: a message only says "look at step n of run R",
 // or "look at branch i of the fan-out whose join is step n".
@@ -367,15 +354,16 @@ type DeadLetter struct {
 	At       time.Time `json:"at"`
 }
 
-// PublishDeadLetter publishes d on the dead-letter stream, deduplicated per
-// run, step and generation (a redriven run that dies again is a new letter).
-func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter, generation string) error {
+// PublishDeadLetter publishes d on the dead-letter stream of run (as it is
+// dead), deduplicated per run, step and generation (a redriven run that
+// dies again is a new letter).
+func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, run checkpoint.Run, d DeadLetter) error {
 	data, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: DLQSubject(d.Workflow, d.RunID), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, d.RunID+":"+strconv.Itoa(d.Step)+":dead:"+generation)
+	msg.Header.Set(jetstream.MsgIDHeader, deadLetterMsgID(run, d.Step))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish dead letter %s:%d: %w", d.RunID, d.Step, err)
 	}
@@ -385,10 +373,11 @@ func PublishDeadLetter(ctx context.Context, js jetstream.JetStream, d DeadLetter
 // PublishFanOut publishes what the fan-out committed at checkpoint fan
 // waits for, run being at its join (step fan.Step+1): the messages of the
 // branches that have no checkpoint among done, or the join's message when
-// every branch has one. suffix follows the message ids: "" for the
-// publish after the fan-out's commit, the join's publish by its last
-// branch and their replays (deduplicated), a repair's or a redrive's own
-// otherwise. It says how many messages the stream took as new.
+// every branch has one. suffix follows the regular message ids: "" for
+// the publish after the fan-out's commit, the join's publish by its last
+// branch and their replays (deduplicated), a redrive's own
+// (Cause.Suffix) or a repair's (RepairSuffix) otherwise. It says how many
+// messages the stream took as new.
 func PublishFanOut(ctx context.Context, js jetstream.JetStream, run checkpoint.Run, fan checkpoint.Checkpoint, done []checkpoint.Checkpoint, suffix string) (int, error) {
 	join := fan.Step + 1
 	have := make(map[int]bool, len(done))
@@ -405,7 +394,7 @@ func PublishFanOut(ctx context.Context, js jetstream.JetStream, run checkpoint.R
 	}
 	if len(ms) == 0 {
 		ms = []StepMsg{{RunID: run.ID, Workflow: run.Workflow, Step: join, Name: fan.Next}}
-		ids = []string{JoinMsgID(run.ID, join) + suffix}
+		ids = []string{JoinMsgID(run, join) + suffix}
 	}
 	return PublishSteps(ctx, js, ms, ids)
 }

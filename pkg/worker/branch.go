@@ -171,7 +171,7 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 		// Every branch is in: publish the join, once per fan-out (its id
 		// dedupes the other writers that count them all).
 		join := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: cp.Step, Name: fan.Next}
-		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, join, queue.JoinMsgID(run.ID, cp.Step)); err != nil {
+		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, join, queue.JoinMsgID(run, cp.Step)); err != nil {
 			w.retryTransient(d, "publish join", err)
 			return
 		}

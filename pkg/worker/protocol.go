@@ -504,7 +504,7 @@ func (w *Worker) markedDead(ctx context.Context, d *delivery, stored checkpoint.
 // publishDeadLetter publishes the dead letter of a dead run and acks.
 func (w *Worker) publishDeadLetter(ctx context.Context, d *delivery, run checkpoint.Run) {
 	dl := queue.DeadLetter{RunID: run.ID, Workflow: run.Workflow, Step: d.m.At(), StepName: run.StepName, Reason: run.Error, Attempt: d.attempt, At: run.UpdatedAt}
-	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, dl, fmt.Sprintf("%d.%d", run.Resumes, run.Redrives)); err != nil {
+	if err := queue.PublishDeadLetter(ctx, w.cfg.JetStream, run, dl); err != nil {
 		w.retryTransient(d, "dead letter", err)
 		return
 	}
