@@ -236,6 +236,31 @@ func testDueConcurrentClaimers(t *testing.T, s checkpoint.Store) {
 	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
 }
 
+// Claimers finish each entry the moment they claimed it, as a scheduler
+// does when its work is quick: the finish must see the claim it ends (on
+// a replicated store, the write acknowledged just before), or the entry
+// stays leased and comes back after the lease: a wait would expire twice.
+func testDueFinishRightAfterClaim(t *testing.T, s checkpoint.Store) {
+	const (
+		entries  = 100
+		claimers = 8
+	)
+	ids := make([]string, entries)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("quick-%03d", i)
+	}
+	indexConcurrently(t, s, ids)
+
+	now := base.Add(time.Hour)
+	const longLease = time.Minute
+	claimed, _, err := claimConcurrently(t, s, claimers, now, 1, longLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClaimedOnce(t, ids, claimed)
+	wantClaim(t, s, "after every lease", now.Add(2*longLease), entries)
+}
+
 // indexConcurrently indexes ids[i] due at base+i ms, from 10 goroutines.
 func indexConcurrently(t *testing.T, s checkpoint.Store, ids []string) {
 	t.Helper()

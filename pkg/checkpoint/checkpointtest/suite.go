@@ -104,6 +104,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"DueLimitAndOrder", testDueLimitAndOrder},
 		{"DueLapsedLeaseOrder", testDueLapsedLeaseOrder},
 		{"DueConcurrentClaimers", testDueConcurrentClaimers},
+		{"DueFinishRightAfterClaim", testDueFinishRightAfterClaim},
 		{"DueInvalid", testDueInvalid},
 	}
 	for _, tc := range tests {

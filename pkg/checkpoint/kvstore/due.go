@@ -150,27 +150,33 @@ func (s *Store) FinishDue(ctx context.Context, leaseUntil time.Time, done ...che
 // ended at leaseUntil: a compare-and-set (or a delete) on the revision
 // read, so a write in between wins. IndexDue writes no lease, so a lease
 // tells the claim's entry from a later one.
+//
+// The read is s.get, a leader read on a replicated bucket: the claim was
+// written a moment ago, and a follower answering a direct get (as
+// jetstream.KeyValue.Get sends) may not have it yet. The entry it returns
+// then holds no lease, the finish leaves it, and the claim's lease brings
+// it back: a wait expired twice.
 func (s *Store) finishDue(ctx context.Context, id string, leaseUntil, next time.Time) error {
-	e, err := s.kv.Get(ctx, dueKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
+	e, err := s.get(ctx, dueKey(id))
 	if err != nil {
 		return fmt.Errorf("finish due %s: %w", id, err)
 	}
+	if !e.found {
+		return nil
+	}
 	var entry dueEntry
-	if err := unmarshal(e.Value(), &entry); err != nil {
+	if err := unmarshal(e.value, &entry); err != nil {
 		return fmt.Errorf("finish due %s: %w", id, err)
 	}
 	if entry.LeaseUntil != leaseUntil.UnixMilli() {
 		return nil
 	}
 	if next.IsZero() {
-		err = s.kv.Delete(ctx, dueKey(id), jetstream.LastRevision(e.Revision()))
+		err = s.kv.Delete(ctx, dueKey(id), jetstream.LastRevision(e.rev))
 	} else {
 		var value []byte
 		if value, err = marshal(dueEntry{At: next.UnixMilli()}); err == nil {
-			_, err = s.kv.Update(ctx, dueKey(id), value, e.Revision())
+			_, err = s.kv.Update(ctx, dueKey(id), value, e.rev)
 		}
 	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) {

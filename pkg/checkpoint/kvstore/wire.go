@@ -16,7 +16,9 @@ import (
 // client does, but without its per-call work that the path does not need
 // (request encoding, key regexp, timestamp parsing, entry objects): a step
 // makes five reads and two writes, and that work showed in the worker's
-// profile. Everything else goes through jetstream.KeyValue.
+// profile. Other writes go through jetstream.KeyValue, but no read: its
+// Get is a direct get, which a lagging follower may answer: read a key
+// with get.
 //
 // Reads are direct gets on a one-replica bucket and leader reads on a
 // replicated one (see leaderGet): the step path acts on what it reads
