@@ -30,12 +30,12 @@ Usage:
               [--metrics ADDR] [--tokens FILE] [--trace-url URL]
   durable start WORKFLOW --id RUN [--input JSON]
   durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
-                    [--past-ttl] [--stuck [--stuck-after 5m]] [--json]
+                    [--past-ttl] [--stuck [--stuck-after 15m]] [--json]
   durable runs show RUN [--json]      timeline: steps, attempts, effects, parks, decisions
   durable runs cancel RUN
   durable runs redrive RUN            a dead run back to its failed step
   durable dlq list [--json]
-  durable stats [--sample 1000] [--stuck-after 5m] [--json]
+  durable stats [--sample 1000] [--stuck-after 15m] [--json]
                                       duplicate effects, resume rate, stuck runs, checkpoint size
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable signal RUN NAME [--data JSON] [--id ID] [--by WHO] [--json]
@@ -47,7 +47,7 @@ Usage:
                 [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--durability default|strict]
                 [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--metrics ADDR]
-  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--parallel N] [--blob-retention D] [--metrics ADDR]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--step-timeout D] [--parallel N] [--blob-retention D] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
                    [--trace-url URL]

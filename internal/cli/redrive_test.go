@@ -23,7 +23,7 @@ func TestRedriveAndDLQCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	dl := queue.DeadLetter{RunID: "claim-dead", Workflow: "claim", Step: 1, StepName: "receive", Reason: "step receive failed 5 times: boom", Attempt: 5, At: now}
-	if err := queue.PublishDeadLetter(ctx, e.js, dl, "0.0"); err != nil {
+	if err := queue.PublishDeadLetter(ctx, e.js, checkpoint.Run{ID: dl.RunID}, dl); err != nil {
 		t.Fatal(err)
 	}
 	r := e.mustCLI(0, "dlq", "list", "--json")

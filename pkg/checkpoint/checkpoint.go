@@ -142,6 +142,21 @@ const (
 	WaitSignal   = "signal"   // a named signal (Wait.Name), with a deadline
 )
 
+// Liveness is implemented by a store that keeps, apart from the run
+// record, when a worker last showed that a run's step (or a branch of its
+// fan-out) is at work: the scheduler's stuck-run repair counts it as
+// progress, so a step that runs long is not published again beside
+// itself. A mark is one small write, never a change of the run record.
+// Both stores of this module implement it; the marks of a run whose
+// step ended are not removed (Redis expires them after a day; on KV they
+// are one small key per run that ran a long step).
+type Liveness interface {
+	// MarkAlive records that run id's step was at work at at.
+	MarkAlive(ctx context.Context, id string, at time.Time) error
+	// LastAlive returns the newest mark of run id, zero when none.
+	LastAlive(ctx context.Context, id string) (time.Time, error)
+}
+
 // Signal is a named event delivered to a run (`durable signal`, the
 // approver's API, a signed event), or the expiry of a wait for one.
 type Signal struct {

@@ -205,16 +205,34 @@ func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run,
 // Repair publishes again what a running run waits for when it made no
 // progress after cutoff (its message may have been lost): the step at
 // its cursor or, at the join of a fan-out, the branches without a
-// checkpoint, or the join once all have one. A fan-out's progress is its
-// newest branch commit, not the run record, which branches never move.
-// Harmless by the step protocol when the step is in fact under way. It
-// reports whether it published: one message id per stuck state, so a
-// repeated repair of the same state within the stream's duplicate window
-// is dropped (false), as is a repair of a run that is not running or
-// that made progress.
+// checkpoint, or the join once all have one. Progress is the newest of
+// the run record's change, a branch commit (branches never move the run
+// record) and, on a store that keeps them (checkpoint.Liveness), a
+// worker's heartbeat while it runs the step, or the mark a scheduler
+// leaves when it repaired (see scheduler.Scheduler.Repair): a
+// step that is alive is not published beside itself, and a stuck state
+// is repaired once; its next repair comes when no progress followed for
+// as long again. Harmless by the step protocol when the step is in fact
+// under way. It reports whether it published: a repair of the same state
+// by another scheduler has the same message id and is dropped (false),
+// as is a repair of a run that is not running or that made progress.
 func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Time) (published bool, err error) {
 	if run.Status != checkpoint.StatusRunning || run.UpdatedAt.After(cutoff) {
 		return false, nil
+	}
+	lv, _ := c.store.(checkpoint.Liveness)
+	progress := run.UpdatedAt
+	if lv != nil {
+		alive, err := lv.LastAlive(ctx, run.ID)
+		if err != nil {
+			return false, err
+		}
+		if alive.After(progress) {
+			progress = alive
+		}
+		if progress.After(cutoff) {
+			return false, nil
+		}
 	}
 	// A span of the run's trace: the step published again continues it.
 	ctx, span := runSpan(ctx, run, "durable.repair")
@@ -223,23 +241,25 @@ func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Tim
 		endSpan(span, err)
 	}()
 	fan, done, err := c.fanOutAt(ctx, run)
-	if err != nil || fan == nil {
-		if err != nil {
-			return false, err
+	if err != nil {
+		return false, err
+	}
+	if fan == nil {
+		published, err = c.publishNew(ctx, run, queue.RepairMsgID(run, progress))
+	} else {
+		for _, cp := range done {
+			if cp.At.After(progress) {
+				progress = cp.At
+			}
 		}
-		return c.publishNew(ctx, run, queue.RepairMsgID(run, run.UpdatedAt))
-	}
-	progress := run.UpdatedAt
-	for _, cp := range done {
-		if cp.At.After(progress) {
-			progress = cp.At
+		if progress.After(cutoff) {
+			return false, nil
 		}
+		var n int
+		n, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.RepairSuffix(run, progress))
+		published = n > 0
 	}
-	if progress.After(cutoff) {
-		return false, nil
-	}
-	n, err := queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.RepairSuffix(run, progress))
-	return n > 0, err
+	return published, err
 }
 
 // fanOutAt returns the fan-out whose join is at run's cursor, with its

@@ -14,7 +14,7 @@ import (
 // as stuck. It is the scheduler's --stuck-after default: past it the
 // scheduler publishes the run's step again, so a run still stuck well past
 // it is one that repair did not move.
-const DefaultStuckAfter = 5 * time.Minute
+const DefaultStuckAfter = 15 * time.Minute
 
 // ErrBadFilter: a list filter contradicts itself or has a negative age.
 var ErrBadFilter = errors.New("bad run filter")

@@ -201,7 +201,7 @@ func TestScenarioMetrics(t *testing.T) {
 
 	// 4. A scheduler expires the wait (escalate, then reject) and repairs
 	// the stuck run, which then completes on worker B.
-	sch, err := scheduler.New(scheduler.Config{Client: cl, Interval: 100 * time.Millisecond, Lease: 5 * time.Second, StuckAfter: 2 * time.Second, RepairInterval: 2 * time.Second})
+	sch, err := scheduler.New(scheduler.Config{Client: cl, Interval: 100 * time.Millisecond, Lease: 5 * time.Second, StuckAfter: 2 * time.Second, StepTimeout: time.Second, RepairInterval: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

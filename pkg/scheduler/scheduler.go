@@ -7,6 +7,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,11 +42,17 @@ type Config struct {
 	// deadline index and re-publish stuck runs; the first one runs one
 	// interval after the start. Default 30s.
 	RepairInterval time.Duration
-	// StuckAfter: a running run whose record has not changed for this long
-	// gets its step message published again. Set it to a multiple of your
-	// longest step time (heartbeating steps don't count as progress here).
-	// Default 5m.
+	// StuckAfter: a running run with no progress for this long gets its
+	// step message published again. Progress is a change of its record,
+	// a branch's commit, or a heartbeat of the worker running its step
+	// (every third of the ack wait), so a step that is alive is never
+	// published beside itself. It must be above StepTimeout.
+	// Default StepTimeout + 5m (15m).
 	StuckAfter time.Duration
+	// StepTimeout is the longest worker.Config.StepTimeout of the
+	// workers: no step runs longer. New refuses a StuckAfter at or below
+	// it. Default 10m, the workers' default.
+	StepTimeout time.Duration
 	// Blobs, with BlobRetention > 0, has the scheduler delete the blobs of
 	// runs that ended more than BlobRetention ago (blob.Retention), every
 	// BlobRetention/10 (at most hourly). Keep it longer than the time in
@@ -65,6 +72,10 @@ type Stats struct {
 	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
 	BlobsDeleted                                                              int64
 }
+
+// DefaultStepTimeout is the workers' default step timeout
+// (worker.Config.StepTimeout), which Config.StepTimeout defaults to.
+const DefaultStepTimeout = 10 * time.Minute
 
 // Scheduler sweeps due waits and stuck runs.
 type Scheduler struct {
@@ -102,8 +113,14 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.RepairInterval == 0 {
 		cfg.RepairInterval = 30 * time.Second
 	}
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = DefaultStepTimeout
+	}
 	if cfg.StuckAfter == 0 {
-		cfg.StuckAfter = 5 * time.Minute
+		cfg.StuckAfter = cfg.StepTimeout + 5*time.Minute
+	}
+	if cfg.StuckAfter <= cfg.StepTimeout {
+		return nil, fmt.Errorf("scheduler: stuck after %s is at or below the workers' step timeout %s: a step still running would be published again beside itself; set it above the step timeout (or a shorter step timeout, if your workers have one)", cfg.StuckAfter, cfg.StepTimeout)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -278,7 +295,9 @@ func (s *Scheduler) SweepBlobs(ctx context.Context) {
 // Repair walks the active runs: waiting runs missing from the deadline
 // index are indexed (the index is written after the run record, so a crash
 // between the two loses it), and running runs with no progress for
-// StuckAfter get their step published again.
+// StuckAfter get their step published again, once per stuck state: the
+// repair leaves a liveness mark (checkpoint.Liveness), so the same run is
+// repaired again only after StuckAfter more without progress.
 func (s *Scheduler) Repair(ctx context.Context) {
 	now := s.cfg.Now()
 	for _, status := range []checkpoint.Status{checkpoint.StatusWaiting, checkpoint.StatusRunning} {
@@ -324,6 +343,13 @@ func (s *Scheduler) Repair(ctx context.Context) {
 				}
 				if !published {
 					continue // this state was repaired already (by a pass or scheduler before)
+				}
+				if lv, ok := s.store.(checkpoint.Liveness); ok {
+					// The repair ends this stuck state: the next, if no
+					// progress follows, is StuckAfter after it.
+					if err := lv.MarkAlive(ctx, run.ID, now); err != nil {
+						s.log.Warn().Err(err).Str("run_id", run.ID).Msg("repair: mark not written; the state may be repaired again")
+					}
 				}
 				s.c.repaired.Add(1)
 				s.log.Warn().Str("run_id", run.ID).Int("step", run.Step).Time("updated_at", run.UpdatedAt).Msg("stuck run: step published again")

@@ -253,7 +253,7 @@ func TestStuckRunRepaired(t *testing.T) {
 	if _, err := f.Store.CreateRun(context.Background(), checkpoint.Run{ID: "lost-1", Workflow: "stuck", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old}); err != nil {
 		t.Fatal(err)
 	}
-	sch := f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter = time.Minute; c.RepairInterval = 200 * time.Millisecond })
+	sch := f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter, c.StepTimeout = time.Minute, time.Second; c.RepairInterval = 200 * time.Millisecond })
 	f.WaitStatus("lost-1", checkpoint.StatusCompleted, 20*time.Second)
 	if sch.Stats().Repaired < 1 {
 		t.Error("no repair counted")
@@ -269,11 +269,11 @@ func TestRepeatedRepairCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
-	run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: "lost-2", Workflow: "nobody", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old})
+	_, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: "lost-2", Workflow: "nobody", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sch, err := scheduler.New(scheduler.Config{Client: f.Client, StuckAfter: time.Minute})
+	sch, err := scheduler.New(scheduler.Config{Client: f.Client, StuckAfter: time.Minute, StepTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,14 +294,16 @@ func TestRepeatedRepairCountsOnce(t *testing.T) {
 	if got, msgs := sch.Stats().Repaired, messages(); got != 1 || msgs != 1 {
 		t.Fatalf("after 3 passes on one stuck state: %d repairs counted, %d messages; want 1 and 1", got, msgs)
 	}
-	run.UpdatedAt = old.Add(time.Second) // progress, still stuck
-	if _, err := f.Store.UpdateRun(ctx, run); err != nil {
+	// No progress for as long again after the repair: a new stuck state.
+	later, err := scheduler.New(scheduler.Config{Client: f.Client, StuckAfter: time.Minute, StepTimeout: time.Second,
+		Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	if err != nil {
 		t.Fatal(err)
 	}
-	sch.Repair(ctx)
-	sch.Repair(ctx)
-	if got, msgs := sch.Stats().Repaired, messages(); got != 2 || msgs != 2 {
-		t.Fatalf("after a new stuck state: %d repairs counted, %d messages; want 2 and 2", got, msgs)
+	later.Repair(ctx)
+	later.Repair(ctx)
+	if got, msgs := later.Stats().Repaired, messages(); got != 1 || msgs != 2 {
+		t.Fatalf("after a new stuck state: %d repairs counted, %d messages; want 1 and 2", got, msgs)
 	}
 }
 

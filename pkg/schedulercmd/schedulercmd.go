@@ -84,6 +84,7 @@ type options struct {
 	parallel                          int
 	metricsAddr                       string
 	fleetEvery, stuckMin, ttlGrace    time.Duration
+	stepTimeout                       time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -91,7 +92,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := service.NewFlagSet("scheduler", stderr)
 	o.conn.Register(fs)
 	fs.DurationVar(&o.interval, "interval", time.Second, "time between sweeps of the deadline index")
-	fs.DurationVar(&o.stuck, "stuck-after", 5*time.Minute, "re-publish the step of a running run with no progress for this long")
+	fs.DurationVar(&o.stuck, "stuck-after", scheduler.DefaultStepTimeout+5*time.Minute, "re-publish the step of a running run with no progress (a commit, a worker's heartbeat) for this long; must be above --step-timeout")
+	fs.DurationVar(&o.stepTimeout, "step-timeout", scheduler.DefaultStepTimeout, "the longest step timeout of the workers (worker.Config.StepTimeout): no step runs longer")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
 	fs.IntVar(&o.parallel, "parallel", 1024, "expired waits handled at once, in claims of up to 256")
 	fs.DurationVar(&o.retention, "blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
@@ -169,7 +171,7 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*scheduler.Scheduler, error) {
-	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log}
+	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, StepTimeout: r.o.stepTimeout, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log}
 	if r.o.retention > 0 {
 		blobs, err := r.o.conn.OpenBlobs(ctx, s)
 		if err != nil {

@@ -208,7 +208,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	// publish (a store failing over) must not let the ack wait run out
 	// and the step be delivered to a second worker meanwhile.
 	w.at(ctx, Received, d)
-	hb := startHeartbeat(msg, w.heartbeat)
+	hb := startHeartbeat(msg, w.heartbeat, w.markAlive(m.RunID))
 	defer hb.stop()
 	d.msg = settling{Msg: msg, hb: hb}
 	if m.Branch > 0 {
@@ -609,7 +609,7 @@ type heartbeat struct {
 	stopped bool
 }
 
-func startHeartbeat(msg jetstream.Msg, every time.Duration) *heartbeat {
+func startHeartbeat(msg jetstream.Msg, every time.Duration, mark func()) *heartbeat {
 	h := &heartbeat{}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -620,10 +620,35 @@ func startHeartbeat(msg jetstream.Msg, every time.Duration) *heartbeat {
 			return
 		}
 		_ = msg.InProgress()
+		if mark != nil {
+			mark()
+		}
 		h.t.Reset(every)
 	})
 	return h
 }
+
+// markAlive returns what a heartbeat of a delivery of run id records in
+// the store besides telling the server: a liveness mark, which the
+// scheduler's repair counts as progress (nil when the store keeps none).
+// Only deliveries that outlive a heartbeat interval write one.
+func (w *Worker) markAlive(id string) func() {
+	lv, ok := w.cfg.Store.(checkpoint.Liveness)
+	if !ok {
+		return nil
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+		defer cancel()
+		if err := lv.MarkAlive(ctx, id, time.Now()); err != nil {
+			w.log.Debug().Err(err).Str("run_id", id).Msg("liveness mark not written")
+		}
+	}
+}
+
+// markTimeout bounds a liveness mark's write: a heartbeat holds up the
+// delivery's ack while it writes.
+const markTimeout = 2 * time.Second
 
 // stop ends the heartbeats; none is sent once it returns.
 func (h *heartbeat) stop() {

@@ -145,7 +145,7 @@ func newEnv(t *testing.T, cfg config) *env {
 	}
 	for i := 1; i <= cfg.schedulers; i++ {
 		args := append([]string{"scheduler"}, conn...)
-		args = append(args, "--interval", "500ms", "--lease", "5s", "--stuck-after", cfg.stuckAfter.String())
+		args = append(args, "--interval", "500ms", "--lease", "5s", "--stuck-after", cfg.stuckAfter.String(), "--step-timeout", "5s")
 		e.schedulers = append(e.schedulers, e.addMember(fmt.Sprintf("scheduler-%d", i), args))
 	}
 	addr := freeAddr(t)

@@ -183,7 +183,7 @@ func (f *Fleet) AddWorker() *Service {
 // AddScheduler starts one more scheduler process (not waiting for it).
 func (f *Fleet) AddScheduler() *Service {
 	args := append([]string{"scheduler"}, f.conn()...)
-	args = append(args, "--interval", "500ms", "--lease", "5s", "--stuck-after", f.Opts.StuckAfter.String(), "--stuck-min", "10s")
+	args = append(args, "--interval", "500ms", "--lease", "5s", "--stuck-after", f.Opts.StuckAfter.String(), "--step-timeout", "5s", "--stuck-min", "10s")
 	s := f.service(fmt.Sprintf("scheduler-%d", len(f.Schedulers)+1), args)
 	f.Schedulers = append(f.Schedulers, s)
 	return s

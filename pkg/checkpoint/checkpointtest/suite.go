@@ -106,6 +106,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"DueConcurrentClaimers", testDueConcurrentClaimers},
 		{"DueFinishRightAfterClaim", testDueFinishRightAfterClaim},
 		{"DueInvalid", testDueInvalid},
+		{"Liveness", testLiveness},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
