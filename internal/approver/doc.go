@@ -25,10 +25,13 @@
 // {"error": "...", "code": "..."}.
 //
 // Signals: POST /api/runs/{run}/signals/{name} with {"data": <JSON>,
-// "id": "<optional, for retries>"} delivers a signal (any valid token; the
-// token's identity is recorded): 200 SignalResult, 400 malformed body,
-// name, id or data, 401, 404 unknown run, 409 ended run or a name the
-// run's workflow does not wait for, 413 data over 64 KiB. Signal events:
+// "id": "<optional, for retries>"} delivers a signal (a token of the groups
+// the workflow names for it with steps.Workflow.SignalFrom, or of
+// operators; any valid token when it names none; the token's identity is
+// recorded): 200 SignalResult, 400 malformed body, name, id or data, 401,
+// 403 outside those groups (logged, nothing stored), 404 unknown run, 409
+// ended run or a name the run's workflow does not wait for, 413 data over
+// 64 KiB. Signal events (not limited by groups: the signature is the check):
 // subject durable.signals.<system>, body SignalEvent, signed as approval
 // events; the signal's id on the run derives from the system and the
 // event id, so a replay to any replica is delivered once.

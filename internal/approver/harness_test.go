@@ -146,7 +146,7 @@ func newHarness(t testing.TB, kind string, mod func(*approver.Config)) *harness 
 func (h *harness) startWorker() {
 	h.t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(h.t)).Level(zerolog.WarnLevel)
-	reg := steps.NewRegistry().MustRegister(approvalFlow(), signalFlow(), fragileFlow())
+	reg := steps.NewRegistry().MustRegister(approvalFlow(), signalFlow(), guardedFlow(), fragileFlow())
 	w, err := worker.New(worker.Config{JetStream: h.js, Store: h.store, Registry: reg, Concurrency: 8, AckWait: 2 * time.Second, DrainTimeout: 3 * time.Second, Logger: &log})
 	if err != nil {
 		h.t.Fatal(err)

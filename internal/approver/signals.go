@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
@@ -48,14 +50,19 @@ type SignalResult struct {
 	Duplicate bool `json:"duplicate"`
 }
 
-// handleSignal is POST /api/runs/{run}/signals/{name}: any holder of a
-// token may signal; the signal is recorded with the token's identity.
+// handleSignal is POST /api/runs/{run}/signals/{name}: a token of the
+// groups the run's workflow names for the signal (steps.Workflow.SignalFrom),
+// or of operators, may send it; when the workflow names none, any token
+// may. The signal is recorded with the token's identity.
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 	who, ok := s.identify(w, r)
 	if !ok {
 		return
 	}
 	id, name := r.PathValue("run"), r.PathValue("name")
+	if !s.maySignal(w, r, who, id, name) {
+		return
+	}
 	limit := int64(checkpoint.MaxSignalBytes + 4<<10)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
@@ -86,6 +93,47 @@ func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {
 		Bool("resumed", res.Resumed).Bool("duplicate", res.Duplicate).Msg("signal delivered")
 	writeJSON(w, http.StatusOK, SignalResult{RunID: res.Run.ID, Status: res.Run.Status, Signal: res.Signal, Resumed: res.Resumed, Duplicate: res.Duplicate})
 }
+
+// maySignal answers 403 (and counts a refused signal) unless who may send
+// signal name to run id. Whatever it cannot judge (an unknown run or
+// workflow, a name the workflow does not declare) it leaves to
+// client.Signal, which refuses it with the same answer as before groups.
+// A run's workflow and version never change, so the check cannot go stale
+// before the signal is stored.
+func (s *Server) maySignal(w http.ResponseWriter, r *http.Request, who tokens.Identity, id, name string) bool {
+	if queue.ValidateRunID(id) != nil || slices.Contains(who.Groups, OperatorsGroup) {
+		return true
+	}
+	run, err := s.store.GetRun(r.Context(), id)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return true
+	}
+	if err != nil {
+		s.internal(w, r, who.ID, id, fmt.Errorf("read run %s: %w", id, err))
+		return false
+	}
+	infos, err := s.store.Workflows(r.Context())
+	if err != nil {
+		s.internal(w, r, who.ID, id, fmt.Errorf("read registered workflows: %w", err))
+		return false
+	}
+	var groups []string
+	for _, info := range infos {
+		if info.Name == run.Workflow && info.Version == run.Version {
+			groups = info.SignalGroups[name]
+		}
+	}
+	if len(groups) == 0 || slices.ContainsFunc(who.Groups, func(g string) bool { return slices.Contains(groups, g) }) {
+		return true
+	}
+	s.countSignal(client.ChannelAPI, client.SignalResult{}, errSignalForbidden)
+	s.refuse(w, r, who.ID, id, http.StatusForbidden, CodeForbidden,
+		fmt.Sprintf("signal %s of run %s (%s v%d) may be sent by group %s or %s; %s is in %s: ask someone in %s",
+			name, id, run.Workflow, run.Version, strings.Join(groups, ", "), OperatorsGroup, who.ID, strings.Join(who.Groups, ", "), strings.Join(groups, " or ")))
+	return false
+}
+
+var errSignalForbidden = errors.New("signal outside the caller's groups")
 
 // signalError maps a refusal of client.Signal to an HTTP answer.
 func signalError(id string, err error) (int, string, string) {

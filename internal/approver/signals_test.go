@@ -22,26 +22,42 @@ type shipment struct {
 	By        string          `json:"by,omitempty"`
 }
 
-// signalFlow waits for the signal "delivered" and completes with its data.
+// signalFlow waits for the signal "delivered", which any token may send,
+// and completes with its data.
 func signalFlow() *steps.Workflow[shipment] {
 	return steps.New[shipment]("shipping", 1).
 		Signals("delivered").
-		Step("await", func(_ context.Context, s *steps.Context, st shipment) (steps.Outcome[shipment], error) {
-			sig, err := s.Signal("delivered")
-			if err != nil {
-				return steps.Outcome[shipment]{}, err
-			}
-			if sig == nil {
-				return steps.AwaitSignal[shipment]("delivered", time.Hour), nil
-			}
-			st.Delivered, st.By = sig.Data, sig.By
-			return steps.Complete(st), nil
-		})
+		Step("await", awaitDelivered)
+}
+
+// guardedFlow is signalFlow whose "delivered" only tokens of group claims
+// (and operators) may send through the API.
+func guardedFlow() *steps.Workflow[shipment] {
+	return steps.New[shipment]("guarded", 1).
+		SignalFrom("delivered", "claims").
+		Step("await", awaitDelivered)
+}
+
+func awaitDelivered(_ context.Context, s *steps.Context, st shipment) (steps.Outcome[shipment], error) {
+	sig, err := s.Signal("delivered")
+	if err != nil {
+		return steps.Outcome[shipment]{}, err
+	}
+	if sig == nil {
+		return steps.AwaitSignal[shipment]("delivered", time.Hour), nil
+	}
+	st.Delivered, st.By = sig.Data, sig.By
+	return steps.Complete(st), nil
 }
 
 func (h *harness) awaitSignal(id string) checkpoint.Run {
 	h.t.Helper()
-	if _, _, err := h.client.Start(context.Background(), client.StartRequest{Workflow: "shipping", RunID: id}); err != nil {
+	return h.awaitSignalOf("shipping", id)
+}
+
+func (h *harness) awaitSignalOf(workflow, id string) checkpoint.Run {
+	h.t.Helper()
+	if _, _, err := h.client.Start(context.Background(), client.StartRequest{Workflow: workflow, RunID: id}); err != nil {
 		h.t.Fatal(err)
 	}
 	return h.waitStatus(id, checkpoint.StatusWaiting)
@@ -165,4 +181,72 @@ func (h *harness) lastState(id string) json.RawMessage {
 		h.t.Fatalf("checkpoints of %s: %d (%v)", id, len(cps), err)
 	}
 	return cps[len(cps)-1].State
+}
+
+// Issue 23 item 10: a workflow declares which token groups may send a
+// signal (Workflow.SignalFrom). A token outside them gets 403, logged with
+// the caller, and the run is unchanged; a token of the groups, or of
+// operators, is delivered; signed events keep their HMAC and no groups;
+// a workflow record written before groups existed lets any token send.
+func TestSignalGroups(t *testing.T) {
+	for _, kind := range []string{"redis", "kv"} {
+		t.Run(kind, func(t *testing.T) {
+			counted := &signalCounts{m: map[string]int{}}
+			h := newHarness(t, kind, func(c *approver.Config) { c.SignalMetrics = counted })
+			send := func(run, who string) (int, []byte) {
+				t.Helper()
+				status, _, body := h.do(http.MethodPost, "/api/runs/"+run+"/signals/delivered", h.tokens[who], `{"data": {"pod": "`+who+`"}}`, nil)
+				return status, body
+			}
+
+			before := h.awaitSignalOf("guarded", "guard-1")
+			status, body := send("guard-1", "ana")
+			var e approver.ErrorBody
+			if status != http.StatusForbidden || json.Unmarshal(body, &e) != nil || e.Code != approver.CodeForbidden ||
+				!strings.Contains(e.Error, "claims") || !strings.Contains(e.Error, "ana") {
+				t.Fatalf("signal from ana (adjusters) to a signal of claims: %d %s, want 403 %s naming claims and ana", status, body, approver.CodeForbidden)
+			}
+			h.assertUnchanged(before)
+			if logs := h.logs.String(); !strings.Contains(logs, `"status":403`) || !strings.Contains(logs, `"by":"ana"`) || !strings.Contains(logs, `"run_id":"guard-1"`) {
+				t.Fatalf("the refusal is not logged with the caller:\n%s", logs)
+			}
+			if status, body := send("guard-1", "cy"); status != http.StatusOK {
+				t.Fatalf("signal from cy (claims): %d %s", status, body)
+			}
+			h.waitStatus("guard-1", checkpoint.StatusCompleted)
+
+			// Operators may send any signal, as they may cancel any run.
+			h.awaitSignalOf("guarded", "guard-2")
+			if status, body := send("guard-2", "ops"); status != http.StatusOK {
+				t.Fatalf("signal from ops (operators): %d %s", status, body)
+			}
+			h.waitStatus("guard-2", checkpoint.StatusCompleted)
+
+			// A signed event is not subject to groups: its HMAC is the check.
+			h.awaitSignalOf("guarded", "guard-3")
+			ev, _ := json.Marshal(approver.SignalEvent{ID: "erp-g3", System: "erp", RunID: "guard-3", Name: "delivered", By: "carrier", TS: time.Now().UTC()})
+			if r := h.publishOn(approver.SignalSubjectPrefix+"erp", eventSystems["erp"].Secret, ev); !r.OK {
+				t.Fatalf("signed event to a guarded signal: %+v", r)
+			}
+			h.waitStatus("guard-3", checkpoint.StatusCompleted)
+
+			// The workflow as the previous code registered it (no groups):
+			// any token may send, as before.
+			var old checkpoint.WorkflowInfo
+			if err := json.Unmarshal([]byte(`{"name":"guarded","version":1,"first_step":"await","steps":["await"],"signals":["delivered"],"updated_at":"2025-01-02T03:04:05Z"}`), &old); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.store.RegisterWorkflow(context.Background(), old); err != nil {
+				t.Fatal(err)
+			}
+			h.awaitSignalOf("guarded", "guard-4")
+			if status, body := send("guard-4", "ana"); status != http.StatusOK {
+				t.Fatalf("signal from ana to a workflow registered without groups: %d %s", status, body)
+			}
+			h.waitStatus("guard-4", checkpoint.StatusCompleted)
+			if want := map[string]int{"api/refused": 1, "api/received": 3, "event/received": 1}; !reflect.DeepEqual(counted.snapshot(), want) {
+				t.Fatalf("signals counted %v, want %v", counted.snapshot(), want)
+			}
+		})
+	}
 }

@@ -582,6 +582,11 @@ type WorkflowInfo struct {
 	// Signals the workflow's steps wait for; a signal of another name is
 	// refused.
 	Signals []string `json:"signals,omitempty"`
+	// SignalGroups names, per signal, the token groups that may send it
+	// through the approver's API (steps.Workflow.SignalFrom). A signal
+	// without an entry, and every signal of a record written before this
+	// field existed, may be sent by any valid token.
+	SignalGroups map[string][]string `json:"signal_groups,omitempty"`
 	// InputSchema a run's input must match when it starts (see
 	// steps.Workflow.InputSchema); empty: any JSON object.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`

@@ -56,6 +56,13 @@
 // [Context.Approval] — only if it was taken on the payload the step would
 // present now; [checkpoint.Approval.Approved] says which way it went.
 //
+// A step can also wait for a named signal: [AwaitSignal] parks the run and
+// [Context.Signal] reads what came. The workflow declares its signals with
+// [Workflow.Signals], which any valid token may send through the approver's
+// API, or with [Workflow.SignalFrom], which names the token groups that may
+// (and operators); signed events from known systems and `durable signal`
+// are not limited by groups.
+//
 // Control flow is explicit: [Next], [Complete], [Fail], [Park] and [SleepUntil] are the
 // outcomes; a returned error is retried by the step's [RetryPolicy], and one
 // wrapped with [Permanent] dead-letters the run at once. Workflow and step

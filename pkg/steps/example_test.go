@@ -332,3 +332,27 @@ func ExampleContext_PutBlob() {
 	// 1048576 bytes stored, true small state
 	// 1048576 <nil> true
 }
+
+func ExampleWorkflow_SignalFrom() {
+	type Shipment struct {
+		POD json.RawMessage `json:"pod,omitempty"`
+	}
+	wf := steps.New[Shipment]("shipment", 1).
+		// Only tokens of group carriers (or operators) may send "delivered"
+		// through the approver's API; any token may send "cancel".
+		SignalFrom("delivered", "carriers").
+		Signals("cancel").
+		Step("await", func(_ context.Context, s *steps.Context, st Shipment) (steps.Outcome[Shipment], error) {
+			sig, err := s.Signal("delivered")
+			switch {
+			case err != nil:
+				return steps.Outcome[Shipment]{}, err
+			case sig == nil:
+				return steps.AwaitSignal[Shipment]("delivered", 72*time.Hour), nil
+			}
+			st.POD = sig.Data
+			return steps.Complete(st), nil
+		})
+	fmt.Println(wf.Validate(), wf.SignalNames(), wf.SignalGroups("delivered"), wf.SignalGroups("cancel") == nil)
+	// Output: <nil> [delivered cancel] [carriers] true
+}

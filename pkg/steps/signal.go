@@ -3,6 +3,8 @@ package steps
 import (
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -86,19 +88,63 @@ func (s *Context) ConsumedSignals() []string {
 
 // Signals declares the signals the workflow's steps wait for: a signal of
 // another name is refused when it is sent, and AwaitSignal of another
-// name is an error.
+// name is an error. Any valid token may send them through the approver's
+// API; use SignalFrom to say who may.
 func (w *Workflow[S]) Signals(names ...string) *Workflow[S] {
 	for _, n := range names {
-		if !checkpoint.ValidSignalName(n) {
-			w.errs = append(w.errs, fmt.Errorf("workflow %s: signal name %q: use 1-64 letters, digits, '-' or '_'", w.name, n))
-		}
-		w.signals = append(w.signals, n)
+		w.declareSignal(n)
 	}
 	return w
 }
 
+// SignalFrom declares signal name, as Signals does, and that only tokens
+// of one of groups may send it through the approver's API (and tokens of
+// group operators, who may send any signal); others get 403. Signed
+// events of the systems the approver knows, and `durable signal`, which
+// needs the store, are not limited by groups. Calling it again for name
+// adds groups.
+//
+//	steps.New[Shipment]("shipment", 1).SignalFrom("delivered", "carriers")
+func (w *Workflow[S]) SignalFrom(name string, groups ...string) *Workflow[S] {
+	w.declareSignal(name)
+	if len(groups) == 0 {
+		w.errs = append(w.errs, fmt.Errorf("workflow %s: SignalFrom(%q) names no group: name the groups that may send it, or declare it with Signals for any token", w.name, name))
+	}
+	for _, g := range groups {
+		if !groupRE.MatchString(g) {
+			w.errs = append(w.errs, fmt.Errorf("workflow %s: signal %s: group %q: use 1-64 letters, digits, '.', '_' or '-' (as token groups)", w.name, name, g))
+			continue
+		}
+		if w.signalGroups == nil {
+			w.signalGroups = map[string][]string{}
+		}
+		if !slices.Contains(w.signalGroups[name], g) {
+			w.signalGroups[name] = append(w.signalGroups[name], g)
+		}
+	}
+	return w
+}
+
+// groupRE is the alphabet of token groups (durable token create).
+var groupRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func (w *Workflow[S]) declareSignal(name string) {
+	if !checkpoint.ValidSignalName(name) {
+		w.errs = append(w.errs, fmt.Errorf("workflow %s: signal name %q: use 1-64 letters, digits, '-' or '_'", w.name, name))
+	}
+	if !slices.Contains(w.signals, name) {
+		w.signals = append(w.signals, name)
+	}
+}
+
 // SignalNames lists the signals the workflow declared.
 func (w *Workflow[S]) SignalNames() []string { return append([]string(nil), w.signals...) }
+
+// SignalGroups lists the groups whose tokens may send signal name
+// (SignalFrom), or nil when any token may.
+func (w *Workflow[S]) SignalGroups(name string) []string {
+	return slices.Clone(w.signalGroups[name])
+}
 
 func (w *Workflow[S]) validSignal(step string, sw *SignalWait) error {
 	if sw.TTL < 0 {

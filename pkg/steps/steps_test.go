@@ -246,6 +246,10 @@ func TestWorkflowValidate(t *testing.T) {
 		{"nil fn", steps.New[order]("orders", 1).Step("a", nil), []string{`step "a" has no function`}},
 		{"no steps", steps.New[order]("orders", 1), []string{"no steps"}},
 		{"every error reported", steps.New[order]("", 0), []string{"workflow name", "version must be", "no steps"}},
+		{"signal from groups", steps.New[order]("orders", 1).SignalFrom("paid", "billing", "ops.eu").Step("a", noop), nil},
+		{"signal from no group", steps.New[order]("orders", 1).SignalFrom("paid").Step("a", noop), []string{`SignalFrom("paid") names no group`}},
+		{"signal from a bad group", steps.New[order]("orders", 1).SignalFrom("paid", "bill ing").Step("a", noop), []string{`signal paid: group "bill ing"`}},
+		{"signal from, bad name", steps.New[order]("orders", 1).SignalFrom("pa.id", "billing").Step("a", noop), []string{`signal name "pa.id"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.w.Validate()
@@ -281,6 +285,30 @@ func TestWorkflowAccessors(t *testing.T) {
 		t.Fatalf("StepNames returned the workflow's own slice")
 	}
 	var _ steps.Definition = w
+}
+
+func TestWorkflowSignalGroups(t *testing.T) {
+	w := steps.New[order]("orders", 1).
+		Signals("cancel", "paid").
+		SignalFrom("paid", "billing").
+		SignalFrom("shipped", "carriers", "ops").
+		SignalFrom("paid", "finance", "billing").
+		Step("a", noop)
+	if err := w.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := w.SignalNames(), []string{"cancel", "paid", "shipped"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("SignalNames() = %q, want %q (SignalFrom declares, once)", got, want)
+	}
+	for name, want := range map[string][]string{"cancel": nil, "paid": {"billing", "finance"}, "shipped": {"carriers", "ops"}, "other": nil} {
+		if got := w.SignalGroups(name); !reflect.DeepEqual(got, want) {
+			t.Errorf("SignalGroups(%q) = %q, want %q", name, got, want)
+		}
+	}
+	w.SignalGroups("paid")[0] = "changed"
+	if w.SignalGroups("paid")[0] != "billing" {
+		t.Fatalf("SignalGroups returned the workflow's own slice")
+	}
 }
 
 func TestExecuteDecodesState(t *testing.T) {

@@ -56,8 +56,10 @@ type Workflow[S any] struct {
 	init    func(input json.RawMessage) (S, error)
 	caps    Caps
 	signals []string
-	schema  json.RawMessage
-	errs    []error
+	// signalGroups: who may send each signal (SignalFrom); none: any token.
+	signalGroups map[string][]string
+	schema       json.RawMessage
+	errs         []error
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -243,6 +245,9 @@ type Definition interface {
 	StepNames() []string
 	// SignalNames lists the signals the workflow waits for.
 	SignalNames() []string
+	// SignalGroups lists the token groups that may send signal name
+	// through the approver's API, or nil when any token may.
+	SignalGroups(name string) []string
 	// Schema is the input schema runs are checked against when they
 	// start (Workflow.InputSchema), or nil.
 	Schema() json.RawMessage

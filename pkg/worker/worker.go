@@ -246,6 +246,14 @@ func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 	}
 	for _, d := range w.cfg.Registry.All() {
 		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), Signals: d.SignalNames(), InputSchema: d.Schema(), UpdatedAt: time.Now().UTC()}
+		for _, n := range info.Signals {
+			if g := d.SignalGroups(n); len(g) > 0 {
+				if info.SignalGroups == nil {
+					info.SignalGroups = map[string][]string{}
+				}
+				info.SignalGroups[n] = g
+			}
+		}
 		if err := w.cfg.Store.RegisterWorkflow(ctx, info); err != nil {
 			return nil, fmt.Errorf("register workflow %s v%d: %w", d.Name(), d.Version(), err)
 		}
