@@ -79,7 +79,7 @@ func TestFanOutSpendCap(t *testing.T) {
 			if run.Status != checkpoint.StatusDead || !strings.Contains(run.Error, "max spend") {
 				t.Errorf("run %s after 20 branches of spend 1 under a cap of 5: status %s (%q), want dead naming max spend", run.ID, run.Status, run.Error)
 			}
-			t.Logf("%d branch bodies ran before the cap stopped the fan-out", over.Load())
+			t.Logf("%d branch bodies ran before the cap stopped the fan-out: %s", over.Load(), run.Error)
 			if n := over.Load(); n > 3+concurrency {
 				t.Errorf("%d branch bodies ran, want at most %d: the cap's room (3) plus the branches in flight (%d)", n, 3+concurrency, concurrency)
 			}
