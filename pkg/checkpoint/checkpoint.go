@@ -531,6 +531,12 @@ type Snapshot struct {
 	// Failures recorded for step n, oldest first: at most the last
 	// MaxFailureRecords of them.
 	Failures []Failure
+	// BranchSpend is set by LoadBranch only: what the results of the
+	// fan-out's branches committed so far reported spending (their
+	// Checkpoint.Spend), each counted once (see Store.CommitBranch). The
+	// max-spend cap counts it while the branches run; the run record
+	// counts it only when the join commits.
+	BranchSpend float64
 }
 
 // Failure is one failed attempt of a step body.
@@ -630,8 +636,9 @@ type Store interface {
 	// LoadBranch reads what a worker needs to run branch i of the fan-out
 	// whose join is step n: the run, the branch's stored outcome (Current,
 	// nil while there is none; a result, or a failure as CommitBranch
-	// says), the fan-out's checkpoint n-1 (Previous), and the branch's
-	// journal and failures.
+	// says), the fan-out's checkpoint n-1 (Previous), the branch's
+	// journal and failures, and what the fan-out's committed results spent
+	// (BranchSpend).
 	LoadBranch(ctx context.Context, id string, n, i int) (Snapshot, error)
 	// CommitBranch writes the outcome of branch cp.Branch of the fan-out
 	// whose join is step cp.Step on the branch's own key, first writer
@@ -644,7 +651,12 @@ type Store interface {
 	// not written over: ErrCheckpointExists (LoadBranch says which), with
 	// the count all the same when the stored outcome is a result, so that
 	// a writer that died before acting on its count learns it on
-	// redelivery. Once every branch is committed, at least one of their
+	// redelivery. A result's Spend joins the fan-out's sum (see
+	// Snapshot.BranchSpend) once, at the latest when the CommitBranch
+	// calls running when it was stored have returned: a store may leave
+	// it to a later writer that is bound to count after it, as with the
+	// count.
+	// Once every branch is committed, at least one of their
 	// writers counts them all; a store may answer 0 to a writer when a
 	// later one is bound to count after it, and answers 0 to a failure's.
 	// ErrNotFound when the run does not exist.

@@ -71,7 +71,9 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		w.ackStale(d, d.name)
 		return
 	}
-	def, ok := w.admit(ctx, d, run)
+	// The cap counts what the fan-out's branches committed so far: the run
+	// record counts it only at the join.
+	def, ok := w.admit(ctx, d, run, snap.BranchSpend)
 	if !ok {
 		return
 	}

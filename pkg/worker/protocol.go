@@ -659,14 +659,18 @@ func (h *heartbeat) stop() {
 }
 
 // capReached says which of the workflow's run caps the run has reached
-// before running another step, or "".
-func capReached(def steps.Definition, run checkpoint.Run) string {
+// before running another step or branch, or "". branchSpend is spent by
+// branches of the fan-out at the cursor and not yet in run.Spend.
+func capReached(def steps.Definition, run checkpoint.Run, branchSpend float64) string {
 	caps := def.Caps()
+	spent := run.Spend + branchSpend
 	switch {
 	case caps.MaxSteps > 0 && run.Steps >= caps.MaxSteps:
 		return fmt.Sprintf("max steps reached: %d steps taken, the cap is %d", run.Steps, caps.MaxSteps)
-	case caps.MaxSpend > 0 && run.Spend >= caps.MaxSpend:
-		return fmt.Sprintf("max spend reached: %.4g spent, the cap is %.4g", run.Spend, caps.MaxSpend)
+	case caps.MaxSpend > 0 && spent >= caps.MaxSpend && branchSpend != 0:
+		return fmt.Sprintf("max spend reached: %.4g spent, %.4g of it by the fan-out's branches, the cap is %.4g", spent, branchSpend, caps.MaxSpend)
+	case caps.MaxSpend > 0 && spent >= caps.MaxSpend:
+		return fmt.Sprintf("max spend reached: %.4g spent, the cap is %.4g", spent, caps.MaxSpend)
 	case caps.MaxAge > 0 && time.Since(run.CreatedAt) > caps.MaxAge:
 		return fmt.Sprintf("max age reached: started %s ago, the cap is %s", time.Since(run.CreatedAt).Round(time.Second), caps.MaxAge)
 	}

@@ -27,7 +27,7 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	if !w.check(ctx, d, &snap, sticky) {
 		return
 	}
-	def, ok := w.admit(ctx, d, snap.Run)
+	def, ok := w.admit(ctx, d, snap.Run, 0)
 	if !ok {
 		return
 	}
@@ -139,7 +139,9 @@ func (w *Worker) check(ctx context.Context, d *delivery, snap *checkpoint.Snapsh
 
 // admit finds the workflow definition that runs the step at run's cursor,
 // unless the step has been delivered too often or the run reached a cap.
-func (w *Worker) admit(ctx context.Context, d *delivery, run checkpoint.Run) (steps.Definition, bool) {
+// branchSpend is what the branches of the fan-out at the cursor spent so
+// far, which the run record counts only at the join.
+func (w *Worker) admit(ctx context.Context, d *delivery, run checkpoint.Run, branchSpend float64) (steps.Definition, bool) {
 	if d.name == "" {
 		d.name = run.StepName
 	}
@@ -157,7 +159,7 @@ func (w *Worker) admit(ctx context.Context, d *delivery, run checkpoint.Run) (st
 		w.done(run.Workflow, run.StepName, "error", d)
 		return nil, false
 	}
-	if reason := capReached(def, run); reason != "" {
+	if reason := capReached(def, run, branchSpend); reason != "" {
 		w.deadLetter(ctx, d, run, reason)
 		return nil, false
 	}

@@ -37,6 +37,11 @@ type Fleet struct {
 	JS     jetstream.JetStream
 	Store  checkpoint.Store
 	Client *client.Client
+	// Redis and RedisPrefix are the redis store's client and key prefix,
+	// for tests that write records as an earlier version did; nil and ""
+	// on the KV store.
+	Redis       *redis.Client
+	RedisPrefix string
 }
 
 var prefixSeq atomic.Int64
@@ -72,7 +77,8 @@ func NewOn(t testing.TB, kind, url string) *Fleet {
 		}
 		rdb := redis.NewClient(opt)
 		t.Cleanup(func() { _ = rdb.Close() })
-		f.Store = redisstore.New(rdb, redisstore.Options{Prefix: fmt.Sprintf("t%d", prefixSeq.Add(1))})
+		f.Redis, f.RedisPrefix = rdb, fmt.Sprintf("t%d", prefixSeq.Add(1))
+		f.Store = redisstore.New(rdb, redisstore.Options{Prefix: f.RedisPrefix})
 	case "kv":
 		st, err := kvstore.New(ctx, js, kvstore.Options{})
 		if err != nil {

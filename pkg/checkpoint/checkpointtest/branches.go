@@ -132,10 +132,18 @@ func testBranchJournalsAndFailures(t *testing.T, s checkpoint.Store) {
 	}
 }
 
+// spending is the checkpoint of branch i written by by, spending i.
+func spending(id string, n, i int, by string) checkpoint.Checkpoint {
+	cp := branchCheckpoint(id, n, i, by)
+	cp.Spend = float64(i)
+	return cp
+}
+
 // Many deliveries of a fan-out's branches commit at once, duplicates
 // included: each branch has exactly one first writer, whose checkpoint is
-// stored, no count exceeds the branches, and at least one writer is told
-// that all are in after the last first write.
+// stored, no count exceeds the branches, at least one writer is told that
+// all are in after the last first write, and the fan-out's spend counts
+// each branch once.
 func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
 	const writers, total = 16, 40
 	fanOutRun(t, s, "fan-3", total)
@@ -152,7 +160,7 @@ func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
 			defer wg.Done()
 			<-start
 			for _, i := range rand.Perm(total) {
-				n, err := s.CommitBranch(ctx(t), branchCheckpoint("fan-3", 2, i+1, fmt.Sprint("writer-", w)))
+				n, err := s.CommitBranch(ctx(t), spending("fan-3", 2, i+1, fmt.Sprint("writer-", w)))
 				results[w] = append(results[w], result{i + 1, n, err})
 			}
 		}()
@@ -191,7 +199,11 @@ func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
 		t.Fatalf("BranchCheckpoints = %d, %v", len(got), err)
 	}
 	for _, cp := range got {
-		sameCheckpoint(t, fmt.Sprint("branch ", cp.Branch), cp, branchCheckpoint("fan-3", 2, cp.Branch, fmt.Sprint("writer-", winner[cp.Branch])))
+		sameCheckpoint(t, fmt.Sprint("branch ", cp.Branch), cp, spending("fan-3", 2, cp.Branch, fmt.Sprint("writer-", winner[cp.Branch])))
+	}
+	snap, err := s.LoadBranch(ctx(t), "fan-3", 2, 1)
+	if want := float64(total * (total + 1) / 2); err != nil || snap.BranchSpend != want {
+		t.Fatalf("BranchSpend = %v, %v; want %v: each branch's spend once", snap.BranchSpend, err, want)
 	}
 }
 
@@ -259,4 +271,72 @@ func testBranchOutcome(t *testing.T, s checkpoint.Store) {
 		t.Fatalf("BranchCheckpoints = %d, %v; want 3", len(done), err)
 	}
 	sameCheckpoint(t, "branch 2's result", done[1], late)
+}
+
+// What a fan-out's results spent is read with every branch (issue 23 item
+// 11: the max-spend cap counts it before the join): a result counts once,
+// when it is stored, whoever commits it again; a failure does not count,
+// a result written over it after a redrive does; another fan-out of the
+// run and the run record are left alone.
+func testBranchSpend(t *testing.T, s checkpoint.Store) {
+	run, _ := fanOutRun(t, s, "fan-s", 4)
+	spendOf := func(i int) float64 {
+		t.Helper()
+		snap, err := s.LoadBranch(ctx(t), "fan-s", 2, i)
+		if err != nil {
+			t.Fatalf("LoadBranch %d: %v", i, err)
+		}
+		return snap.BranchSpend
+	}
+	if got := spendOf(1); got != 0 {
+		t.Fatalf("BranchSpend before any commit = %v, want 0", got)
+	}
+	first := branchCheckpoint("fan-s", 2, 1, "first")
+	first.Spend = 0.25
+	if _, err := s.CommitBranch(ctx(t), first); err != nil {
+		t.Fatalf("CommitBranch 1: %v", err)
+	}
+	if got := spendOf(3); got != 0.25 {
+		t.Fatalf("BranchSpend after branch 1 = %v, want 0.25, read by every branch", got)
+	}
+	again := branchCheckpoint("fan-s", 2, 1, "second")
+	again.Spend = 9
+	_, err := s.CommitBranch(ctx(t), again)
+	wantErr(t, "second commit of branch 1", err, checkpoint.ErrCheckpointExists)
+	_, err = s.CommitBranch(ctx(t), first)
+	wantErr(t, "replay of branch 1", err, checkpoint.ErrCheckpointExists)
+	if got := spendOf(1); got != 0.25 {
+		t.Fatalf("BranchSpend after branch 1 was committed again = %v, want 0.25: only the stored result counts, once", got)
+	}
+	failed := branchFailure("fan-s", 2, 2, 0)
+	failed.Spend = 7
+	if _, err := s.CommitBranch(ctx(t), failed); err != nil {
+		t.Fatalf("failure of branch 2: %v", err)
+	}
+	third := branchCheckpoint("fan-s", 2, 3, "first")
+	third.Spend = 1.5
+	if _, err := s.CommitBranch(ctx(t), third); err != nil {
+		t.Fatalf("CommitBranch 3: %v", err)
+	}
+	if got := spendOf(2); got != 1.75 {
+		t.Fatalf("BranchSpend with branch 2 failed = %v, want 1.75: a failure spends nothing", got)
+	}
+	redriven := branchCheckpoint("fan-s", 2, 2, "redriven")
+	redriven.Spend, redriven.Redrives = 2, 1
+	if _, err := s.CommitBranch(ctx(t), redriven); err != nil {
+		t.Fatalf("result of branch 2 after a redrive: %v", err)
+	}
+	if got := spendOf(4); got != 3.75 {
+		t.Fatalf("BranchSpend after branch 2's result = %v, want 3.75", got)
+	}
+	if join, err := s.Load(ctx(t), "fan-s", 2); err != nil || join.BranchSpend != 0 {
+		t.Fatalf("Load of the join: BranchSpend %v, %v; want 0: the join reads the branches themselves", join.BranchSpend, err)
+	}
+	if stored := mustGet(t, s, "fan-s"); stored.Rev != run.Rev || stored.Spend != run.Spend {
+		t.Fatalf("branch spend moved the run: rev %d spend %v, want rev %d spend %v", stored.Rev, stored.Spend, run.Rev, run.Spend)
+	}
+	// A later fan-out of the run (join at step 4) sums on its own.
+	if snap, err := s.LoadBranch(ctx(t), "fan-s", 4, 1); err != nil || snap.BranchSpend != 0 {
+		t.Fatalf("LoadBranch of another fan-out: BranchSpend %v, %v; want 0", snap.BranchSpend, err)
+	}
 }

@@ -96,6 +96,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"BranchJournalsAndFailures", testBranchJournalsAndFailures},
 		{"BranchCommitConcurrent", testBranchCommitConcurrent},
 		{"BranchOutcome", testBranchOutcome},
+		{"BranchSpend", testBranchSpend},
 		{"Workflows", testWorkflows},
 		{"DueClaimOnce", testDueClaimOnce},
 		{"DueReindex", testDueReindex},

@@ -42,6 +42,7 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 // counts after it and it answers 0. The last writer in stream order
 // always counts, after every other write, so at least one writer counts
 // them all, with one full count per fan-out instead of one per branch.
+// A count also sums what the results spent and stores the sum (spend.go).
 // Branch keys are never deleted: a create succeeds over a delete marker.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
@@ -130,7 +131,7 @@ func (s *Store) writeOutcome(ctx context.Context, key string, doc []byte, failed
 
 // countBranches counts the committed results among the branches of the
 // fan-out whose join is step n if the newest branch key is own, and
-// answers 0 otherwise.
+// stores what they spent; it answers 0 otherwise.
 func (s *Store) countBranches(ctx context.Context, id string, n int, own string) (int, error) {
 	filter := cpKey(id, n) + ".*"
 	subject, _, err := s.getLast(ctx, filter)
@@ -140,7 +141,7 @@ func (s *Store) countBranches(ctx context.Context, id string, n int, own string)
 	if subject != s.subjects+own {
 		return 0, nil
 	}
-	count := 0
+	count, spend := 0, 0.0
 	err = s.scan(ctx, filter, func(e jetstream.KeyValueEntry) error {
 		var cp outcome
 		if err := unmarshal(e.Value(), &cp); err != nil {
@@ -148,11 +149,15 @@ func (s *Store) countBranches(ctx context.Context, id string, n int, own string)
 		}
 		if cp.Status != checkpoint.StatusDead {
 			count++
+			spend += cp.Spend
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("count %s: %w", filter, err)
+	}
+	if err := s.storeBranchSpend(ctx, id, n, count, spend); err != nil {
+		return 0, fmt.Errorf("store the spend of %s: %w", filter, err)
 	}
 	return count, nil
 }
@@ -160,6 +165,7 @@ func (s *Store) countBranches(ctx context.Context, id string, n int, own string)
 // outcome is the part of a branch key's document a count reads.
 type outcome struct {
 	Status checkpoint.Status `json:"status"`
+	Spend  float64           `json:"spend"`
 }
 
 // BranchCheckpoints reads the branch checkpoints of the fan-out whose join

@@ -85,13 +85,21 @@ func (s *Store) loadFirstAttempt(ctx context.Context, id string, n int, snap *ch
 
 // loadStep reads checkpoints n and n-1 and the journal and failures of
 // step n with concurrent gets; for i > 0, those of branch i of the
-// fan-out whose join is step n instead of step n's.
+// fan-out whose join is step n instead of step n's, and the fan-out's
+// spend.
 func (s *Store) loadStep(ctx context.Context, id string, n, i int, snap *checkpoint.Snapshot) error {
 	var (
 		wg                     sync.WaitGroup
-		cur, prv               error
+		cur, prv, spendErr     error
 		journalErr, failuresEr error
 	)
+	if i > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			snap.BranchSpend, spendErr = s.readBranchSpend(ctx, id, n)
+		}()
+	}
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
@@ -109,7 +117,7 @@ func (s *Store) loadStep(ctx context.Context, id string, n, i int, snap *checkpo
 		snap.Previous, prv = s.optionalCheckpoint(ctx, cpKey(id, n-1))
 	}
 	wg.Wait()
-	return errors.Join(cur, prv, journalErr, failuresEr)
+	return errors.Join(cur, prv, journalErr, failuresEr, spendErr)
 }
 
 // optionalCheckpoint reads the checkpoint at key, nil when there is none.

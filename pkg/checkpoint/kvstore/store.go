@@ -43,6 +43,7 @@ type Options struct {
 //	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
 //	cp.<R>.<n>.<i>           checkpoint of branch i of the fan-out whose join is step n, created once
 //	j.<R>.<n>.<i>, f.<R>.<n>.<i>  journal and failures of that branch
+//	sp.<R>.<n>.branches      what the fan-out's branch results spent (spend.go)
 //	wf.<name>.<version>      workflow JSON
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 
@@ -11,10 +12,12 @@ import (
 
 // branchScript stores a branch's outcome first-writer-wins and marks a
 // result in the fan-out's bitmap, in one step. KEYS: run, branch
-// checkpoint, bitmap. ARGV: checkpoint JSON, branch index, 1 for a result
-// or 0 for a failure, the writer's redrives. A stored failure of fewer
-// redrives than the writer's is written over (a redrive grants the branch
-// a new outcome); any other stored outcome stays. Reply: {wrote (1 or 0),
+// checkpoint, bitmap, spend. ARGV: checkpoint JSON, branch index, 1 for a
+// result or 0 for a failure, the writer's redrives, the result's spend. A
+// stored failure of fewer redrives than the writer's is written over (a
+// redrive grants the branch a new outcome); any other stored outcome
+// stays. A result it writes adds its spend to the fan-out's sum in the
+// same step, so the sum counts each result once. Reply: {wrote (1 or 0),
 // branches committed}, or -1 when the run is missing. The count is
 // returned to a duplicate too: the redelivery of a writer that died before
 // publishing the join must learn that all branches are in.
@@ -34,6 +37,7 @@ end
 if not cur then
   redis.call('SET', KEYS[2], ARGV[1])
   wrote = 1
+  if result and ARGV[5] ~= '0' then redis.call('INCRBYFLOAT', KEYS[4], ARGV[5]) end
 end
 if result then redis.call('SETBIT', KEYS[3], ARGV[2], 1) end
 return {wrote, redis.call('BITCOUNT', KEYS[3])}
@@ -41,12 +45,17 @@ return {wrote, redis.call('BITCOUNT', KEYS[3])}
 
 func (s *Store) bitsKey(id string, n int) string { return s.stepKeys(id, n, 0).cp + ":bits" }
 
+// spendKey holds what the results of the fan-out whose join is step n
+// spent, a decimal number (INCRBYFLOAT); absent while they spent nothing.
+func (s *Store) spendKey(id string, n int) string { return s.stepKeys(id, n, 0).cp + ":spend" }
+
 // CommitBranch writes the outcome of branch cp.Branch of the fan-out
 // whose join is step cp.Step, first writer wins, and for a result sets
 // the branch's bit in the fan-out's bitmap (<prefix>:{R}:cp:<n>:bits, a
-// key of its own so that branches never move the run's revision). It
-// returns the bitmap's count, to a duplicate as well (with
-// ErrCheckpointExists); 0 to a failure's writer.
+// key of its own so that branches never move the run's revision) and adds
+// its spend to <prefix>:{R}:cp:<n>:spend. It returns the bitmap's count,
+// to a duplicate as well (with ErrCheckpointExists); 0 to a failure's
+// writer.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
 		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
@@ -66,7 +75,9 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 	if cp.Failed() {
 		result = 0
 	}
-	res, err := s.batch.run(ctx, branchScript, []string{k.run, k.cp, s.bitsKey(cp.RunID, cp.Step)}, doc, cp.Branch, result, cp.Redrives).Result()
+	keys := []string{k.run, k.cp, s.bitsKey(cp.RunID, cp.Step), s.spendKey(cp.RunID, cp.Step)}
+	spend := strconv.FormatFloat(cp.Spend, 'f', -1, 64)
+	res, err := s.batch.run(ctx, branchScript, keys, doc, cp.Branch, result, cp.Redrives, spend).Result()
 	if err != nil {
 		return fail(err)
 	}

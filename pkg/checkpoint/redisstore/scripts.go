@@ -59,16 +59,18 @@ return rev
 `)
 
 // loadScript reads what a worker needs for step n as one consistent read.
-// KEYS: run, checkpoint n, journal n, failures n[, checkpoint n-1]. Reply:
-// nil when the run is missing, else
-// {doc, rev, cp n, {journal field, value...}, cp n-1, {failure...}}.
+// KEYS: run, checkpoint n, journal n, failures n[, checkpoint n-1[, spend
+// of a fan-out's branches]]. Reply: nil when the run is missing, else
+// {doc, rev, cp n, {journal field, value...}, cp n-1, {failure...}[, spend]}.
 var loadScript = redis.NewScript(`
 local run = redis.call('HMGET', KEYS[1], 'doc', 'rev')
 if not run[1] then return false end
 local prev = false
 if #KEYS >= 5 then prev = redis.call('GET', KEYS[5]) end
-return {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), prev,
+local out = {run[1], run[2], redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), prev,
   redis.call('LRANGE', KEYS[4], 0, -1)}
+if #KEYS >= 6 then out[7] = redis.call('GET', KEYS[6]) end
+return out
 `)
 
 // recordScript journals a call first-writer-wins by name and returns the

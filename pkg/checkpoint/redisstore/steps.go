@@ -68,8 +68,9 @@ func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot
 }
 
 // LoadBranch reads run id, the checkpoint of branch i of the fan-out whose
-// join is step n, the fan-out's checkpoint n-1 and the branch's journal
-// and failures in one read, as Load does for a step.
+// join is step n, the fan-out's checkpoint n-1, the branch's journal and
+// failures and what the fan-out's branches spent in one read, as Load
+// does for a step.
 func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint.Snapshot, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
@@ -77,16 +78,19 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 	if n < 2 || i < 1 {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
 	}
-	snap, err := s.load(ctx, s.stepKeys(id, n, i), true)
+	k := s.stepKeys(id, n, i)
+	k.spend = s.spendKey(id, n)
+	snap, err := s.load(ctx, k, true)
 	if err != nil {
 		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
 	}
 	return snap, nil
 }
 
-// keySet names the keys a worker reads for one step or branch.
+// keySet names the keys a worker reads for one step or branch; spend,
+// the sum of a fan-out's branches, is read when set.
 type keySet struct {
-	run, cp, journal, failures, failureCount, prev string
+	run, cp, journal, failures, failureCount, prev, spend string
 }
 
 // stepKeys are the keys of step n (branch 0) or of branch i of the fan-out
@@ -113,8 +117,11 @@ func (s *Store) load(ctx context.Context, k keySet, withPrev bool) (checkpoint.S
 		res, err = s.loadTx(ctx, k, withPrev)
 	} else {
 		keys := []string{k.run, k.cp, k.journal, k.failures}
-		if withPrev {
+		if withPrev || k.spend != "" {
 			keys = append(keys, k.prev)
+		}
+		if k.spend != "" {
+			keys = append(keys, k.spend)
 		}
 		res, err = s.batch.run(ctx, loadScript, keys).Slice()
 	}
@@ -136,17 +143,21 @@ func (s *Store) loadTx(ctx context.Context, k keySet, withPrev bool) ([]any, err
 	if withPrev {
 		prev = []any{"GET", k.prev}
 	}
-	res, err := s.batch.tx(ctx,
-		[]any{"HMGET", k.run, "doc", "rev"},
-		[]any{"GET", k.cp},
-		[]any{"HGETALL", k.journal},
+	commands := [][]any{
+		{"HMGET", k.run, "doc", "rev"},
+		{"GET", k.cp},
+		{"HGETALL", k.journal},
 		prev,
-		[]any{"LRANGE", k.failures, 0, -1},
-	).Slice()
+		{"LRANGE", k.failures, 0, -1},
+	}
+	if k.spend != "" {
+		commands = append(commands, []any{"GET", k.spend})
+	}
+	res, err := s.batch.tx(ctx, commands...).Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 5 {
+	if len(res) != len(commands) {
 		return nil, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	run, ok := res[0].([]any)
@@ -159,7 +170,7 @@ func (s *Store) loadTx(ctx context.Context, k keySet, withPrev bool) ([]any, err
 	if !withPrev {
 		res[3] = nil
 	}
-	return []any{run[0], run[1], res[1], flatten(res[2]), res[3], res[4]}, nil
+	return append([]any{run[0], run[1], res[1], flatten(res[2]), res[3]}, res[4:]...), nil
 }
 
 // flatten turns a RESP3 map reply (HGETALL) into the flat field, value
@@ -177,7 +188,7 @@ func flatten(v any) any {
 }
 
 func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {
-	if len(res) != 6 {
+	if len(res) != 6 && len(res) != 7 {
 		return checkpoint.Snapshot{}, fmt.Errorf("unexpected reply of %d elements", len(res))
 	}
 	var snap checkpoint.Snapshot
@@ -210,7 +221,25 @@ func decodeSnapshot(res []any) (checkpoint.Snapshot, error) {
 	if snap.Failures, err = decodeFailures(res[5]); err != nil {
 		return snap, err
 	}
+	if len(res) == 7 {
+		if snap.BranchSpend, err = decodeSpend(res[6]); err != nil {
+			return snap, err
+		}
+	}
 	return snap, nil
+}
+
+// decodeSpend reads the sum of a fan-out's branches: 0 while absent.
+func decodeSpend(v any) (float64, error) {
+	doc, ok, err := str(v)
+	if err != nil || !ok {
+		return 0, err
+	}
+	spend, err := strconv.ParseFloat(doc, 64)
+	if err != nil {
+		return 0, fmt.Errorf("branch spend %q: %w", doc, err)
+	}
+	return spend, nil
 }
 
 func decodeFailures(v any) ([]checkpoint.Failure, error) {

@@ -29,6 +29,7 @@ type Options struct {
 //	<prefix>:{R}:cp:<n>.<i>, j:<n>.<i>, f:<n>.<i>, fc:<n>.<i>
 //	                      the same for branch i of the fan-out whose join is step n
 //	<prefix>:{R}:cp:<n>:bits  string: bitmap of the fan-out's committed branches
+//	<prefix>:{R}:cp:<n>:spend string: what those branches spent (INCRBYFLOAT)
 //	<prefix>:runs         zset: run id scored by creation time (unix ms)
 //	<prefix>:workflows    hash: "name@version" -> workflow JSON
 //	<prefix>:due          zset: deadline index, run id scored by due time or,
