@@ -377,7 +377,7 @@ func (b *Bench) sweepSchedulers(cl *client.Client, logf *os.File) ([]*scheduler.
 	}
 	log := zerolog.New(logf).Level(lvl).With().Timestamp().Str("component", "scheduler").Logger()
 	// The configuration of `durable scheduler` with its default flags.
-	cfg := scheduler.Config{Client: cl, Interval: time.Second, StuckAfter: 5 * time.Minute, Lease: 30 * time.Second, Logger: &log}
+	cfg := scheduler.Config{Client: cl, Interval: time.Second, Lease: 30 * time.Second, Logger: &log}
 	schs := make([]*scheduler.Scheduler, b.cfg.SweepSchedulers)
 	for i := range schs {
 		if schs[i], err = scheduler.New(cfg); err != nil {

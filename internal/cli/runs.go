@@ -239,7 +239,11 @@ func printSignals(w io.Writer, signals []checkpoint.Signal) {
 			fmt.Fprintf(w, "  %s  wait for %s expired; %s\n", s.At.Local().Format(time.DateTime), s.Name, state)
 			continue
 		}
-		fmt.Fprintf(w, "  %s  %s (id %s) by %s via %s, %d bytes; %s\n", s.At.Local().Format(time.DateTime), s.Name, s.ID, s.By, s.Channel, len(s.Data), state)
+		size := fmt.Sprintf(", %d bytes", len(s.Data))
+		if s.ConsumedBy > 0 && len(s.Data) == 0 {
+			size = "" // a consumed signal's data is no longer kept
+		}
+		fmt.Fprintf(w, "  %s  %s (id %s) by %s via %s%s; %s\n", s.At.Local().Format(time.DateTime), s.Name, s.ID, s.By, s.Channel, size, state)
 	}
 }
 

@@ -183,9 +183,11 @@ type Signal struct {
 // to answer a retry of it (same id) as a duplicate, or to refuse the id
 // with other data, and to say which step took it.
 type ConsumedSignal struct {
-	ID   string    `json:"id"`
-	Name string    `json:"name"`
-	At   time.Time `json:"at"`
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	By      string    `json:"by,omitempty"`
+	Channel string    `json:"channel,omitempty"`
+	At      time.Time `json:"at"`
 	// Step is the step whose commit consumed it.
 	Step int `json:"step"`
 	// DataSHA256 is the hex SHA-256 of the signal's data.
@@ -233,7 +235,7 @@ func (r *Run) ConsumeSignals(step int, ids []string) {
 		case by == 0:
 			pending = append(pending, s)
 		case !s.Expired:
-			consumed = append(consumed, ConsumedSignal{ID: s.ID, Name: s.Name, At: s.At, Step: by, DataSHA256: SignalDataSHA256(s.Data)})
+			consumed = append(consumed, ConsumedSignal{ID: s.ID, Name: s.Name, By: s.By, Channel: s.Channel, At: s.At, Step: by, DataSHA256: SignalDataSHA256(s.Data)})
 		}
 	}
 	if n := len(consumed) - MaxConsumedSignals; n > 0 {
