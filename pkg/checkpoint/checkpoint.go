@@ -124,6 +124,10 @@ type Run struct {
 	// AuditArchived+i.
 	Audit         []AuditEntry `json:"audit,omitempty"`
 	AuditArchived int          `json:"audit_archived,omitempty"`
+	// Refusals counts the refused approvals audited on the run, wherever
+	// their entries are now (a record from before it counted has them on
+	// its audit).
+	Refusals int `json:"refusals,omitempty"`
 	// Redrives counts the times an operator put the dead run back to work.
 	Redrives int `json:"redrives,omitempty"`
 	// Spend sums what the run's committed steps reported (the max-spend cap).
