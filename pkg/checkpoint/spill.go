@@ -25,13 +25,17 @@ const (
 	// of a decision or an audit entry, kept inline; a larger one is stored
 	// once under its SHA-256 and the record keeps the hash.
 	InlineBytes = 512
-	// MaxRunRecordBytes bounds the encoded run record, its input, the
+	// MaxRunRecordBytes bounds the encoded run record with its input, the
 	// current wait's payload, the pending signals' data (at most 256 KiB,
 	// client.MaxSignalBytesPerRun) and the decisions on the step at the
 	// cursor left out: AuditKept entries and ApprovalsKept decisions of at
-	// most about 1.2 KiB each, MaxConsumedSignals consumed signals and the
-	// fixed fields, with ids, names and groups of at most 128 bytes.
-	MaxRunRecordBytes = 256 << 10
+	// most about 1.2 KiB each, MaxConsumedSignals consumed and 100 pending
+	// signals, an error of up to 2 KiB and the fixed fields, with ids,
+	// names, groups and identities of at most 128 bytes (the worst case,
+	// TestSpillWorstCase, is 288,004 bytes). On JetStream KV, whose values
+	// stop at NATS's 1 MB payload, that leaves about 440 KiB for the
+	// input and the wait's payload together.
+	MaxRunRecordBytes = 320 << 10
 )
 
 // Spilled is what Run.Spill moved off a record: entries of the run's

@@ -176,3 +176,38 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// TestSpillWorstCase fills every field the bound counts to its largest
+// (ids, names, groups and identities of 128 bytes, reasons just under
+// InlineBytes, MaxConsumedSignals consumed and 100 pending signals without
+// their data, an error of 2 KiB) and checks the spilled record's size
+// against MaxRunRecordBytes.
+func TestSpillWorstCase(t *testing.T) {
+	long := strings.Repeat("n", 128)
+	reason := strings.Repeat("r", checkpoint.InlineBytes)
+	sha := strings.Repeat("f", 64)
+	at := time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC)
+	run := checkpoint.Run{ID: long, Workflow: long, Version: 1 << 30, Status: checkpoint.StatusWaiting, Step: 1 << 30, StepName: long,
+		StartedBy: long, Trace: strings.Repeat("t", 55), CreatedAt: at, UpdatedAt: at, Error: strings.Repeat("e", 2048),
+		Parent: &checkpoint.ParentRef{RunID: long, Step: 1 << 30}, Resumes: 1 << 30, Redrives: 1 << 30, Spend: 1e300, Steps: 1 << 30,
+		Wait: &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: 1 << 30, StepName: long, PayloadSHA256: sha, Group: long, Since: at, Deadline: at, Name: long, OnExpiry: "escalate", EscalateTo: long, Reminders: 1 << 30}}
+	for i := 0; i < 1000; i++ {
+		run.Audit = append(run.Audit, checkpoint.AuditEntry{Kind: checkpoint.AuditEscalated, Step: 1 << 30, At: at, By: long, Channel: long, Group: long, Decision: checkpoint.DecisionRejected, PayloadSHA256: sha, Reason: reason})
+		run.Approvals = append(run.Approvals, checkpoint.Approval{Step: i, By: long, At: at, Decision: checkpoint.DecisionRejected, Channel: long, PayloadSHA256: sha, Payload: json.RawMessage(`"` + reason[:checkpoint.InlineBytes-2] + `"`), Reason: reason})
+	}
+	for i := 0; i < checkpoint.MaxConsumedSignals; i++ {
+		run.Consumed = append(run.Consumed, checkpoint.ConsumedSignal{ID: long, Name: long[:64], At: at, Step: 1 << 30, DataSHA256: sha})
+	}
+	for i := 0; i < 100; i++ {
+		run.Signals = append(run.Signals, checkpoint.Signal{Name: long[:64], ID: long, By: long, Channel: long, At: at})
+	}
+	run.Spill()
+	doc, err := json.Marshal(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("worst-case record: %d bytes (bound %d)", len(doc), checkpoint.MaxRunRecordBytes)
+	if len(doc) > checkpoint.MaxRunRecordBytes {
+		t.Fatalf("worst-case record is %d bytes, over MaxRunRecordBytes %d", len(doc), checkpoint.MaxRunRecordBytes)
+	}
+}
