@@ -94,8 +94,12 @@ type Run struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// Wait is set while the run is parked for approval.
 	Wait *Wait `json:"wait,omitempty"`
-	// Approvals holds every decision taken on the run, oldest first.
-	Approvals []Approval `json:"approvals,omitempty"`
+	// Approvals holds the decisions taken on the run, oldest first: those
+	// on the step at the cursor and the newest others (see Run.Spill);
+	// the ApprovalsArchived before them are in the store's approval log
+	// (History).
+	Approvals         []Approval `json:"approvals,omitempty"`
+	ApprovalsArchived int        `json:"approvals_archived,omitempty"`
 	// Error says why a run failed or went dead.
 	Error string `json:"error,omitempty"`
 	// FailedBranch is the branch of the fan-out at the cursor that sent
@@ -113,9 +117,17 @@ type Run struct {
 	Consumed []ConsumedSignal `json:"consumed_signals,omitempty"`
 	// Resumes counts the times the run was resumed after parking.
 	Resumes int `json:"resumes,omitempty"`
-	// Audit records every event of the run's waits: parks, decisions,
-	// expiries, escalations, reminders and refused approvals, oldest first.
-	Audit []AuditEntry `json:"audit,omitempty"`
+	// Audit records the events of the run's waits: parks, decisions,
+	// expiries, escalations, reminders and refused approvals, oldest
+	// first: the newest AuditKept on the record, the AuditArchived before
+	// them in the store's audit log (History). Entry i here has sequence
+	// AuditArchived+i.
+	Audit         []AuditEntry `json:"audit,omitempty"`
+	AuditArchived int          `json:"audit_archived,omitempty"`
+	// Refusals counts the refused approvals audited on the run, wherever
+	// their entries are now (a record from before it counted has them on
+	// its audit).
+	Refusals int `json:"refusals,omitempty"`
 	// Redrives counts the times an operator put the dead run back to work.
 	Redrives int `json:"redrives,omitempty"`
 	// Spend sums what the run's committed steps reported (the max-spend cap).
@@ -294,7 +306,12 @@ type Approval struct {
 	Channel       string          `json:"channel"`
 	PayloadSHA256 string          `json:"payload_sha256"`
 	Payload       json.RawMessage `json:"payload,omitempty"`
-	Reason        string          `json:"reason,omitempty"`
+	// PayloadBlob is set, and Payload empty, when the payload is stored
+	// apart (over InlineBytes): the hex SHA-256 of its bytes (History.Blob).
+	PayloadBlob string `json:"payload_blob,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	// ReasonBlob is set, and Reason empty, for a reason stored apart.
+	ReasonBlob string `json:"reason_blob,omitempty"`
 }
 
 // Approved reports whether the decision approved (a rejection, by a
@@ -328,6 +345,9 @@ type AuditEntry struct {
 	Decision      Verdict   `json:"decision,omitempty"`
 	PayloadSHA256 string    `json:"payload_sha256,omitempty"`
 	Reason        string    `json:"reason,omitempty"`
+	// ReasonBlob is set, and Reason empty, for a reason over InlineBytes
+	// stored apart: the hex SHA-256 of its bytes (History.Blob).
+	ReasonBlob string `json:"reason_blob,omitempty"`
 }
 
 // Checkpoint is the durable output of one step.

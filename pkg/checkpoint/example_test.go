@@ -37,3 +37,22 @@ func ExampleFailure_Trimmed() {
 	// Output:
 	// 2 1024 true
 }
+
+// A store spills every run record it writes: what leaves the record is
+// stored apart, and checkpoint.Restore (over the store's History) puts
+// it back for a reader that wants the whole run.
+func ExampleRun_Spill() {
+	run := checkpoint.Run{ID: "agent-7", Step: 3}
+	for i := 0; i < 150; i++ {
+		run.Audit = append(run.Audit, checkpoint.AuditEntry{Kind: checkpoint.AuditSignal, Step: 2})
+	}
+	payload := []byte(`{"args":"` + strings.Repeat("x", 4000) + `"}`)
+	run.Approvals = []checkpoint.Approval{{Step: 2, By: "bob", Payload: payload}}
+
+	sp := run.Spill()
+	fmt.Println(len(sp.Audit), "audit entries from sequence", sp.AuditFrom, "moved;", len(run.Audit), "kept")
+	fmt.Println(len(run.Approvals[0].Payload), run.Approvals[0].PayloadBlob == checkpoint.SHA256Hex(payload))
+	// Output:
+	// 50 audit entries from sequence 0 moved; 100 kept
+	// 0 true
+}

@@ -515,12 +515,16 @@ func (c *Client) RecordRefusal(ctx context.Context, id string, e checkpoint.Audi
 		if err != nil {
 			return err
 		}
+		// Older entries leave the record (checkpoint.Run.Spill): the count
+		// is kept beside them. A record written before it was kept has
+		// its refusals on the audit.
 		n := 0
 		for _, a := range run.Audit {
 			if a.Kind == checkpoint.AuditRefused {
 				n++
 			}
 		}
+		n = max(n, run.Refusals)
 		if n >= maxRefusals {
 			return nil
 		}
@@ -530,6 +534,7 @@ func (c *Client) RecordRefusal(ctx context.Context, id string, e checkpoint.Audi
 		}
 		next := run
 		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), e)
+		next.Refusals = n + 1
 		_, err = c.store.UpdateRun(ctx, next)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue

@@ -192,6 +192,13 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	if err != nil {
 		return RunView{}, fmt.Errorf("run %s: %w", id, err)
 	}
+	// The record keeps only the newest of its audit trail and decisions,
+	// and large payloads by hash: the view shows them all.
+	if h, ok := c.store.(checkpoint.History); ok {
+		if run, err = checkpoint.Restore(ctx, h, run); err != nil {
+			return RunView{}, fmt.Errorf("run %s: %w", id, err)
+		}
+	}
 	cps, err := c.store.Checkpoints(ctx, id)
 	if err != nil {
 		return RunView{}, fmt.Errorf("checkpoints of %s: %w", id, err)

@@ -108,6 +108,8 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"DueFinishRightAfterClaim", testDueFinishRightAfterClaim},
 		{"DueInvalid", testDueInvalid},
 		{"Liveness", testLiveness},
+		{"RecordBound", testRecordBound},
+		{"LegacyRecordSpills", testLegacyRecordSpills},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -50,14 +50,17 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err != nil {
 		return fail(err)
 	}
-	runDoc, err := marshal(run)
-	if err != nil {
-		return fail(err)
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
+	}
+	if err := s.spill(ctx, &run); err != nil {
+		return fail(err)
+	}
+	runDoc, err := marshal(run)
+	if err != nil {
+		return fail(err)
 	}
 	s.enableBatches(ctx)
 	commit := s.commitTwoWrites
@@ -180,6 +183,9 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 			return checkpoint.Run{}, fmt.Errorf("checkpoint of generation %d stored, run at generation %d: %w", cp.Gen, stored.Resumes, checkpoint.ErrConflict)
 		case stored.Status == checkpoint.StatusRunning && stored.Step == cp.Step:
 			merged := withCursor(stored, next, cp)
+			if err := s.spill(ctx, &merged); err != nil {
+				return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
+			}
 			doc, err := marshal(merged)
 			if err != nil {
 				return checkpoint.Run{}, err

@@ -96,6 +96,9 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if run.Rev == 0 {
 		return checkpoint.Run{}, fmt.Errorf("update run %s at rev 0: %w", run.ID, s.whyRefused(ctx, run.ID, 0))
 	}
+	if err := s.spill(ctx, &run); err != nil {
+		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
+	}
 	doc, err := marshal(run)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)

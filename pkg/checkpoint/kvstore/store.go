@@ -45,6 +45,9 @@ type Options struct {
 //	j.<R>.<n>.<i>, f.<R>.<n>.<i>  journal and failures of that branch
 //	sp.<R>.<n>.branches      what the fan-out's branch results spent (spend.go)
 //	wf.<name>.<version>      workflow JSON
+//	run.<R>.a.<seq>          audit entry <seq> moved off the run record (Run.Spill)
+//	run.<R>.p.<seq>          decision <seq> moved off the run record
+//	run.<R>.b.<sha>          a payload or reason kept apart, by its hex SHA-256
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
 //
 // A commit writes the checkpoint and the run in one atomic batch, or, on

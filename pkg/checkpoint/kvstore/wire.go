@@ -191,14 +191,16 @@ type pubAck struct {
 	Seq   uint64              `json:"seq"`
 }
 
+// anyRevision makes put write whatever the key holds.
+const anyRevision = ^uint64(0)
+
 // put writes value on key if the key's newest revision is rev (0: the key
-// has no message at all, not even a delete marker) and returns the new
-// revision. A refusal wraps errWrongRevision.
+// has no message at all, not even a delete marker; anyRevision: whatever
+// it holds) and returns the new revision. A refusal wraps errWrongRevision.
 func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	msg := &nats.Msg{
-		Subject: s.putPrefix + key,
-		Header:  nats.Header{hdrExpectedSeq: []string{strconv.FormatUint(rev, 10)}},
-		Data:    value,
+	msg := &nats.Msg{Subject: s.putPrefix + key, Data: value}
+	if rev != anyRevision {
+		msg.Header = nats.Header{hdrExpectedSeq: []string{strconv.FormatUint(rev, 10)}}
 	}
 	var reply *nats.Msg
 	var err error

@@ -146,12 +146,17 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err := readID(run.ID); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run: %w", err)
 	}
+	spilled, err := spillArgs(&run)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
+	}
 	doc, err := marshal(run)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
-	rev, err := s.batch.run(ctx, updateScript, []string{s.runKey(run.ID)},
-		strconv.FormatUint(run.Rev, 10), doc).Int64()
+	keys := append([]string{s.runKey(run.ID)}, s.spillKeys(run.ID)...)
+	rev, err := s.batch.run(ctx, updateScript, keys,
+		append([]any{strconv.FormatUint(run.Rev, 10), doc}, spilled...)...).Int64()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}

@@ -25,11 +25,32 @@ redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
 return 1
 `)
 
-// updateScript replaces the run document if its revision is still ARGV[1].
-var updateScript = redis.NewScript(`
+// spillLua stores what Run.Spill moved off the record (see spillArgs):
+// from ARGV[a] on, three lists, each a count then that many field/value
+// pairs, HSET on KEYS[k], KEYS[k+1] and KEYS[k+2] (the audit log, the
+// approval log, the blobs). A loop, not HSET with unpack: the first write
+// of a long record from before the bound spills thousands of entries.
+const spillLua = `
+local function spill(k, a)
+  local i = a
+  for key = k, k + 2 do
+    local n = tonumber(ARGV[i])
+    i = i + 1
+    for _ = 1, n do
+      redis.call('HSET', KEYS[key], ARGV[i], ARGV[i + 1])
+      i = i + 2
+    end
+  end
+end
+`
+
+// updateScript replaces the run document if its revision is still ARGV[1]
+// and stores what its spill moved (KEYS[2..4], ARGV[3..]) with it.
+var updateScript = redis.NewScript(spillLua + `
 local rev = redis.call('HGET', KEYS[1], 'rev')
 if not rev then return -1 end
 if rev ~= ARGV[1] then return -3 end
+spill(2, 3)
 redis.call('HSET', KEYS[1], 'doc', ARGV[2])
 return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 `)
@@ -41,7 +62,8 @@ return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 // the highest committed step, so Checkpoints knows how far to read. Three
 // calls in the common case: the checkpoint is created with SET NX and
 // taken back if the revision moved (the script is atomic: nobody sees it).
-var commitScript = redis.NewScript(`
+// What the run's spill moved goes to KEYS[3..5] (ARGV[5..]).
+var commitScript = redis.NewScript(spillLua + `
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp')
 if not cur[1] then return -1 end
 if not redis.call('SET', KEYS[2], ARGV[3], 'NX') then return -2 end
@@ -49,6 +71,7 @@ if cur[1] ~= ARGV[1] then
   redis.call('DEL', KEYS[2])
   return -3
 end
+spill(3, 5)
 local rev = tonumber(cur[1]) + 1
 if tonumber(ARGV[4]) > tonumber(cur[2] or '0') then
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev, 'last_cp', ARGV[4])

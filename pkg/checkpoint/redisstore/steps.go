@@ -20,6 +20,10 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err := checkCommit(run, cp); err != nil {
 		return checkpoint.Run{}, err
 	}
+	spilled, err := spillArgs(&run)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
+	}
 	runDoc, err := marshal(run)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
@@ -28,9 +32,9 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
-	keys := []string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}
+	keys := append([]string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}, s.spillKeys(run.ID)...)
 	rev, err := s.batch.run(ctx, commitScript, keys,
-		strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step).Int64()
+		append([]any{strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step}, spilled...)...).Int64()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}

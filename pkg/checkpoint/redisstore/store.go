@@ -28,6 +28,9 @@ type Options struct {
 //	<prefix>:{R}:fc:<n>   string: how many failures step n has recorded
 //	<prefix>:{R}:cp:<n>.<i>, j:<n>.<i>, f:<n>.<i>, fc:<n>.<i>
 //	                      the same for branch i of the fan-out whose join is step n
+//	<prefix>:{R}:audit    hash: sequence -> audit entry JSON moved off the run record
+//	<prefix>:{R}:approvals hash: sequence -> decision JSON moved off the run record
+//	<prefix>:{R}:blobs    hash: hex SHA-256 -> a payload or reason kept apart
 //	<prefix>:{R}:cp:<n>:bits  string: bitmap of the fan-out's committed branches
 //	<prefix>:{R}:cp:<n>:spend string: what those branches spent (INCRBYFLOAT)
 //	<prefix>:runs         zset: run id scored by creation time (unix ms)
@@ -86,9 +89,12 @@ func (s *Store) failuresKey(id string, n int) string {
 func (s *Store) failureCountKey(id string, n int) string {
 	return s.tag(id) + "fc:" + strconv.Itoa(n)
 }
-func (s *Store) runsKey() string      { return s.prefix + ":runs" }
-func (s *Store) workflowsKey() string { return s.prefix + ":workflows" }
-func (s *Store) dueKey() string       { return s.prefix + ":due" }
+func (s *Store) auditKey(id string) string     { return s.tag(id) + "audit" }
+func (s *Store) approvalsKey(id string) string { return s.tag(id) + "approvals" }
+func (s *Store) blobsKey(id string) string     { return s.tag(id) + "blobs" }
+func (s *Store) runsKey() string               { return s.prefix + ":runs" }
+func (s *Store) workflowsKey() string          { return s.prefix + ":workflows" }
+func (s *Store) dueKey() string                { return s.prefix + ":due" }
 
 // scriptCode maps a write script's negative reply to a sentinel.
 func scriptCode(code int64) error {
