@@ -120,7 +120,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.StuckAfter = cfg.StepTimeout + 5*time.Minute
 	}
 	if cfg.StuckAfter <= cfg.StepTimeout {
-		return nil, fmt.Errorf("scheduler: stuck after %s is at or below the workers' step timeout %s: a step still running would be published again beside itself; set it above the step timeout (or a shorter step timeout, if your workers have one)", cfg.StuckAfter, cfg.StepTimeout)
+		return nil, fmt.Errorf("scheduler: stuck after %s is at or below the workers' step timeout %s: a step still running would be published again beside itself; set StuckAfter (--stuck-after) above StepTimeout (--step-timeout, the workers' longest)", cfg.StuckAfter, cfg.StepTimeout)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

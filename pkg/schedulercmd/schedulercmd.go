@@ -114,6 +114,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.parallel < 1 {
 		return nil, service.Usagef("scheduler: --parallel %d: want at least 1", o.parallel)
 	}
+	if o.stepTimeout <= 0 || o.stuck <= 0 {
+		return nil, service.Usagef("scheduler: --stuck-after %s, --step-timeout %s: want positive durations", o.stuck, o.stepTimeout)
+	}
+	if o.stuck <= o.stepTimeout {
+		return nil, service.Usagef("scheduler: --stuck-after %s is at or below --step-timeout %s: a step still running would be published again beside itself; set --stuck-after above the workers' --step-timeout", o.stuck, o.stepTimeout)
+	}
 	if o.retention < 0 {
 		return nil, service.Usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", o.retention)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/worker"
 )
 
 // A step that waits again after its wait expired (a reminder) parks again
@@ -256,6 +257,38 @@ func TestSignalsConsumedByAnEarlierVersion(t *testing.T) {
 			}
 			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: "leg-1", Name: "go", ID: "old-7", Data: []byte(`{"n":2}`)}); !errors.Is(err, client.ErrSignalIDReused) {
 				t.Fatalf("the id of a consumed signal with other data: %v, want ErrSignalIDReused", err)
+			}
+		})
+	}
+}
+
+// A worker whose build declares a signal without groups does not open it
+// to every token by registering the same workflow version after one that
+// restricted it: the restriction stays (found by a newcomer's walk).
+func TestSignalGroupsKeptOverRegistrationWithout(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			body := func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
+				return steps.Complete(st), nil
+			}
+			f := testfleet.New(t, kind)
+			f.StartWorker(steps.NewRegistry().MustRegister(steps.New[counter]("review", 1).SignalFrom("reviewed", "reviewers").Step("only", body)), nil)
+			// A second build registers (Setup is a worker's start, up to
+			// its first pull).
+			w, err := worker.New(worker.Config{JetStream: f.JS, Store: f.Store,
+				Registry: steps.NewRegistry().MustRegister(steps.New[counter]("review", 1).Signals("reviewed").Step("only", body))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Setup(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			infos, err := f.Store.Workflows(context.Background())
+			if err != nil || len(infos) != 1 {
+				t.Fatalf("workflows %+v, %v", infos, err)
+			}
+			if g := infos[0].SignalGroups["reviewed"]; len(g) != 1 || g[0] != "reviewers" {
+				t.Fatalf("after a registration without groups: reviewed may be sent by %v, want [reviewers]", g)
 			}
 		})
 	}

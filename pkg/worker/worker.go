@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,6 +245,10 @@ func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 		}
 		cons = append(cons, c)
 	}
+	registered, err := w.cfg.Store.Workflows(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read registered workflows: %w", err)
+	}
 	for _, d := range w.cfg.Registry.All() {
 		info := checkpoint.WorkflowInfo{Name: d.Name(), Version: d.Version(), FirstStep: d.FirstStep(), Steps: d.StepNames(), Signals: d.SignalNames(), InputSchema: d.Schema(), UpdatedAt: time.Now().UTC()}
 		for _, n := range info.Signals {
@@ -254,11 +259,36 @@ func (w *Worker) Setup(ctx context.Context) ([]jetstream.Consumer, error) {
 				info.SignalGroups[n] = g
 			}
 		}
+		w.keepSignalGroups(&info, registered)
 		if err := w.cfg.Store.RegisterWorkflow(ctx, info); err != nil {
 			return nil, fmt.Errorf("register workflow %s v%d: %w", d.Name(), d.Version(), err)
 		}
 	}
 	return cons, nil
+}
+
+// keepSignalGroups keeps on info the groups that an earlier registration
+// of the same workflow version restricted a signal to, where info
+// restricts it to none: a worker built without them (an older build, a
+// stray replica) must not open the signal to every token by registering
+// last. Who may send a signal changes with the workflow's version.
+func (w *Worker) keepSignalGroups(info *checkpoint.WorkflowInfo, registered []checkpoint.WorkflowInfo) {
+	for _, old := range registered {
+		if old.Name != info.Name || old.Version != info.Version {
+			continue
+		}
+		for n, groups := range old.SignalGroups {
+			if !slices.Contains(info.Signals, n) || len(info.SignalGroups[n]) > 0 {
+				continue
+			}
+			if info.SignalGroups == nil {
+				info.SignalGroups = map[string][]string{}
+			}
+			info.SignalGroups[n] = groups
+			w.log.Warn().Str("workflow", info.Name).Int("version", info.Version).Str("signal", n).Strs("groups", groups).
+				Msg("this worker declares no groups for the signal, an earlier registration of this version did: keeping them (bump the workflow's version to change who may send it)")
+		}
+	}
 }
 
 // Run pulls and executes steps until ctx ends, then stops taking work, waits

@@ -81,6 +81,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 	concurrency := fs.Int("concurrency", 16, "steps run at once")
 	ackWait := fs.Duration("ack-wait", 30*time.Second, "redelivery timeout of an unacknowledged step (heartbeats extend it)")
 	maxAckPending := fs.Int("max-ack-pending", 0, "steps of a workflow in flight across the fleet, set on the workflow's consumer when this worker creates it (default: the server's, 1000); an existing consumer keeps its own")
+	stepTimeout := fs.Duration("step-timeout", 10*time.Minute, "longest a step (or branch) body may run before its context is cancelled; the schedulers' --stuck-after must be above it")
 	drain := fs.Duration("drain-timeout", 0, "on SIGTERM, how long in-flight steps may finish (default: the ack wait)")
 	metricsAddr := fs.String("metrics", "", service.MetricsUsage)
 	if cfg.Flags != nil {
@@ -100,6 +101,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 	defer service.StopTracing(shutdownTracing)
 	if *concurrency < 0 || *maxAckPending < 0 {
 		return service.Usagef("%s: --concurrency and --max-ack-pending must not be negative", name)
+	}
+	if *stepTimeout <= 0 {
+		return service.Usagef("%s: --step-timeout %s: want a positive duration, e.g. 10m", name, *stepTimeout)
 	}
 	if cfg.Registry == nil || len(cfg.Registry.Names()) == 0 {
 		return service.Usagef("%s: no workflows registered: give workercmd.Config a Registry with at least one", name)
@@ -130,7 +134,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 		}
 		w, err := worker.New(worker.Config{
 			JetStream: s.JetStream, Store: s.Store, Registry: cfg.Registry,
-			Concurrency: *concurrency, AckWait: *ackWait, DrainTimeout: *drain, StreamReplicas: c.Replicas, MaxAckPending: *maxAckPending,
+			Concurrency: *concurrency, AckWait: *ackWait, StepTimeout: *stepTimeout, DrainTimeout: *drain, StreamReplicas: c.Replicas, MaxAckPending: *maxAckPending,
 			Logger: &log, Hooks: cfg.Hooks, Metrics: m, Blobs: blobs,
 		})
 		if err != nil {
