@@ -79,7 +79,10 @@ func TestStuckFanOutRepaired(t *testing.T) {
 			if err != nil || published {
 				t.Fatalf("repair of a fan-out whose branch committed just now: published %v (%v), want nothing", published, err)
 			}
-			f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter, c.StepTimeout = time.Minute, time.Second; c.RepairInterval = 200 * time.Millisecond })
+			f.StartScheduler(func(c *scheduler.Config) {
+				c.StuckAfter, c.StepTimeout = time.Minute, time.Second
+				c.RepairInterval = 200 * time.Millisecond
+			})
 			for _, id := range []string{"lost-branch", "lost-join"} {
 				done := f.WaitStatus(id, checkpoint.StatusCompleted, 30*time.Second)
 				cps := f.Checkpoints(id)
@@ -147,7 +150,10 @@ func TestParentOfEndedChildrenResumed(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter, c.StepTimeout = time.Minute, time.Second; c.RepairInterval = 200 * time.Millisecond })
+			f.StartScheduler(func(c *scheduler.Config) {
+				c.StuckAfter, c.StepTimeout = time.Minute, time.Second
+				c.RepairInterval = 200 * time.Millisecond
+			})
 			done := f.WaitStatus("p-1", checkpoint.StatusCompleted, 30*time.Second)
 			if cps := f.Checkpoints("p-1"); len(cps) != 2 || string(cps[1].State) != `{"i":30}` {
 				t.Fatalf("parent (%s) checkpoints %+v: want the completed children's sum 30", done.Status, cps)

@@ -253,7 +253,10 @@ func TestStuckRunRepaired(t *testing.T) {
 	if _, err := f.Store.CreateRun(context.Background(), checkpoint.Run{ID: "lost-1", Workflow: "stuck", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "only", CreatedAt: old, UpdatedAt: old}); err != nil {
 		t.Fatal(err)
 	}
-	sch := f.StartScheduler(func(c *scheduler.Config) { c.StuckAfter, c.StepTimeout = time.Minute, time.Second; c.RepairInterval = 200 * time.Millisecond })
+	sch := f.StartScheduler(func(c *scheduler.Config) {
+		c.StuckAfter, c.StepTimeout = time.Minute, time.Second
+		c.RepairInterval = 200 * time.Millisecond
+	})
 	f.WaitStatus("lost-1", checkpoint.StatusCompleted, 20*time.Second)
 	if sch.Stats().Repaired < 1 {
 		t.Error("no repair counted")
