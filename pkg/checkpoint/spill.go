@@ -97,7 +97,9 @@ func (r *Run) Spill() Spilled {
 	copied = false
 	for i, a := range approvals {
 		big, long := len(a.Payload) > InlineBytes, len(a.Reason) > InlineBytes
-		if !big && !long {
+		if a.Step >= r.Step || (!big && !long) {
+			// The step at the cursor reads its decisions whole (the
+			// reason of a rejection, the payload approved): they stay.
 			continue
 		}
 		if !copied {

@@ -103,7 +103,7 @@ func TestSpill(t *testing.T) {
 		t.Fatalf("audit on record %d, archived %d", len(run.Audit), run.AuditArchived)
 	}
 	for _, a := range run.Approvals {
-		if len(a.Payload) != 0 || a.PayloadBlob == "" {
+		if a.Step < run.Step && (len(a.Payload) != 0 || a.PayloadBlob == "") {
 			t.Fatalf("approval of step %d keeps its %d-byte payload inline", a.Step, len(a.Payload))
 		}
 	}
@@ -132,6 +132,28 @@ func TestSpillKeepsTheCursorsDecisions(t *testing.T) {
 	sp := run.Spill()
 	if len(sp.Approvals) != 50 || run.ApprovalsArchived != 50 || len(run.Approvals) != 50 || run.Approvals[0].By != "now" {
 		t.Fatalf("moved %d, archived %d, kept %d", len(sp.Approvals), run.ApprovalsArchived, len(run.Approvals))
+	}
+}
+
+// TestSpillKeepsTheCursorsDecisionsWhole: a decision on the step at the
+// cursor keeps its long reason and large payload inline, since the step
+// reads them when it runs again (a rejection's reason, the payload
+// approved); an earlier step's go to blobs (found by a review: a 600-byte
+// reason reached the step empty).
+func TestSpillKeepsTheCursorsDecisionsWhole(t *testing.T) {
+	long := strings.Repeat("r", checkpoint.InlineBytes+100)
+	payload := json.RawMessage(`"` + strings.Repeat("p", checkpoint.InlineBytes+100) + `"`)
+	run := checkpoint.Run{ID: "r", Step: 3, Approvals: []checkpoint.Approval{
+		{Step: 2, By: "old", Reason: long, Payload: payload},
+		{Step: 3, By: "now", Reason: long, Payload: payload},
+	}}
+	sp := run.Spill()
+	if a := run.Approvals[1]; a.Reason != long || string(a.Payload) != string(payload) || a.ReasonBlob != "" || a.PayloadBlob != "" {
+		t.Fatalf("the cursor's decision after the spill: reason %d bytes (blob %q), payload %d bytes (blob %q); want both inline",
+			len(a.Reason), a.ReasonBlob, len(a.Payload), a.PayloadBlob)
+	}
+	if a := run.Approvals[0]; a.Reason != "" || a.ReasonBlob == "" || len(sp.Blobs) == 0 {
+		t.Fatalf("an earlier step's decision kept %d bytes of reason inline, want it in a blob", len(a.Reason))
 	}
 }
 

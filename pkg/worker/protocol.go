@@ -208,7 +208,7 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	// publish (a store failing over) must not let the ack wait run out
 	// and the step be delivered to a second worker meanwhile.
 	w.at(ctx, Received, d)
-	hb := startHeartbeat(msg, w.heartbeat, w.markAlive(m.RunID))
+	hb := startHeartbeat(msg, w.heartbeat, w.markAlive(m.RunID, d.start))
 	defer hb.stop()
 	d.msg = settling{Msg: msg, hb: hb}
 	if m.Branch > 0 {
@@ -631,13 +631,19 @@ func startHeartbeat(msg jetstream.Msg, every time.Duration, mark func()) *heartb
 // markAlive returns what a heartbeat of a delivery of run id records in
 // the store besides telling the server: a liveness mark, which the
 // scheduler's repair counts as progress (nil when the store keeps none).
-// Only deliveries that outlive a heartbeat interval write one.
-func (w *Worker) markAlive(id string) func() {
+// Only deliveries that outlive a heartbeat interval write one, and none
+// past the step timeout (with the ack wait for the commit and publish
+// after it): a body that ignores its context and hangs is left to the
+// repair, as a lost message is.
+func (w *Worker) markAlive(id string, start time.Time) func() {
 	lv, ok := w.cfg.Store.(checkpoint.Liveness)
 	if !ok {
 		return nil
 	}
 	return func() {
+		if time.Since(start) > w.cfg.StepTimeout+w.cfg.AckWait {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 		defer cancel()
 		if err := lv.MarkAlive(ctx, id, time.Now()); err != nil {
