@@ -378,6 +378,10 @@ type Checkpoint struct {
 	// A branch checkpoint with Status StatusDead is the branch's failure
 	// (see Store.CommitBranch), not a result.
 	Branch int `json:"branch,omitempty"`
+	// Of is, on a branch's checkpoint, how many branches its fan-out has
+	// (0 on checkpoints written before it was recorded): a store may
+	// count the fan-out's results in full only when they may all be in.
+	Of int `json:"of,omitempty"`
 	// Redrives is the run's Redrives under which a branch's outcome was
 	// stored: a branch's failure holds until the run is redriven.
 	Redrives int `json:"redrives,omitempty"`
@@ -447,7 +451,7 @@ func (cp Checkpoint) Size() int {
 		}
 	}
 	if cp.Branch != 0 {
-		n += len(`,"branch":`) + 20
+		n += len(`,"branch":`) + 20 + len(`,"of":`) + 20
 	}
 	if cp.Redrives != 0 {
 		n += len(`,"redrives":`) + 20

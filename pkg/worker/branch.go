@@ -116,7 +116,7 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 	}
 	cp := checkpoint.Checkpoint{
 		RunID: run.ID, Step: m.BranchOf, Branch: m.Branch, Name: b.Step, State: out,
-		Status: checkpoint.StatusRunning, Gen: run.Resumes, Redrives: run.Redrives, Journal: sctx.Calls(), Effects: sctx.Effects(),
+		Of: len(fan.FanOut.Branches), Status: checkpoint.StatusRunning, Gen: run.Resumes, Redrives: run.Redrives, Journal: sctx.Calls(), Effects: sctx.Effects(),
 		Attempt: d.attempt, At: time.Now().UTC(), Spend: sctx.Spent(),
 		DurationMS: float64(took.Microseconds()) / 1000,
 	}
