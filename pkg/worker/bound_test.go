@@ -37,6 +37,7 @@ func TestRunRecordBound(t *testing.T) {
 	}
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // minutes under -race: the two stores side by side
 			wf := steps.New[counter]("gated", 1).
 				Step("call", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 					req := steps.ApprovalRequest{Payload: gatedCall(st.N), Group: "ops", TTL: time.Hour, OnExpiry: steps.ExpireRemind, Reminders: reminders}
