@@ -102,19 +102,12 @@ func TestSignalRoomAfterManyExpiriesAndSignals(t *testing.T) {
 					}
 					return steps.Next("count", st), nil
 				}).
-				Step("count", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-					sig, err := s.Signal("tick")
-					switch {
-					case err != nil:
-						return steps.Outcome[counter]{}, err
-					case sig == nil:
-						return steps.AwaitSignal[counter]("tick", time.Hour), nil
-					}
+				Step("count", onSignal("tick", func(_ *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					if st.N++; st.N == rounds {
-						return steps.Complete(st), nil
+						return steps.Complete(st)
 					}
-					return steps.Next("count", st), nil
-				})
+					return steps.Next("count", st)
+				}))
 			f := testfleet.New(t, kind)
 			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
 			ctx := context.Background()
@@ -157,20 +150,13 @@ func TestStaleExpiryMarkerDoesNotFailLaterWait(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			wait := func(name string) steps.StepFunc[counter] {
-				return func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-					sig, err := s.Signal("go")
-					switch {
-					case err != nil:
-						return steps.Outcome[counter]{}, err
-					case sig == nil:
-						return steps.AwaitSignal[counter]("go", time.Hour), nil
-					}
+				return onSignal("go", func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					st.Trail = append(st.Trail, name+":"+sig.ID)
 					if name == "second" {
-						return steps.Complete(st), nil
+						return steps.Complete(st)
 					}
-					return steps.Next("second", st), nil
-				}
+					return steps.Next("second", st)
+				})
 			}
 			wf := steps.New[counter]("twice", 1).Signals("go").Step("first", wait("first")).Step("second", wait("second"))
 			reg := steps.NewRegistry().MustRegister(wf)
@@ -213,17 +199,10 @@ func TestSignalsConsumedByAnEarlierVersion(t *testing.T) {
 				Step("first", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
 					return steps.Next("await", st), nil
 				}).
-				Step("await", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-					sig, err := s.Signal("go")
-					switch {
-					case err != nil:
-						return steps.Outcome[counter]{}, err
-					case sig == nil:
-						return steps.AwaitSignal[counter]("go", time.Hour), nil
-					}
+				Step("await", onSignal("go", func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					st.Trail = append(st.Trail, sig.ID)
-					return steps.Complete(st), nil
-				})
+					return steps.Complete(st)
+				}))
 			f := testfleet.New(t, kind)
 			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
 			ctx := context.Background()
@@ -291,5 +270,20 @@ func TestSignalGroupsKeptOverRegistrationWithout(t *testing.T) {
 				t.Fatalf("after a registration without groups: reviewed may be sent by %v, want [reviewers]", g)
 			}
 		})
+	}
+}
+
+// onSignal is a step that reads signal name, waits for it (an hour)
+// while none came, and goes on with then once one did.
+func onSignal(name string, then func(*checkpoint.Signal, counter) steps.Outcome[counter]) steps.StepFunc[counter] {
+	return func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
+		sig, err := s.Signal(name)
+		switch {
+		case err != nil:
+			return steps.Outcome[counter]{}, err
+		case sig == nil:
+			return steps.AwaitSignal[counter](name, time.Hour), nil
+		}
+		return then(sig, st), nil
 	}
 }
