@@ -206,6 +206,11 @@ type ConsumedSignal struct {
 	DataSHA256 string `json:"data_sha256,omitempty"`
 }
 
+// Signal is c as a Signal consumed by step c.Step, without its data.
+func (c ConsumedSignal) Signal() Signal {
+	return Signal{Name: c.Name, ID: c.ID, By: c.By, Channel: c.Channel, At: c.At, ConsumedBy: c.Step}
+}
+
 // MaxConsumedSignals bounds Run.Consumed: the oldest entries leave first,
 // after which a retry of their signal would be taken as a new one.
 const MaxConsumedSignals = 256

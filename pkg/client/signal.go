@@ -147,8 +147,7 @@ func delivered(run checkpoint.Run, req SignalRequest) (checkpoint.Signal, bool, 
 	}
 	for _, c := range run.Consumed {
 		if c.ID == req.ID {
-			s := checkpoint.Signal{Name: c.Name, ID: c.ID, At: c.At, ConsumedBy: c.Step}
-			return s, c.Name == req.Name && c.DataSHA256 == checkpoint.SignalDataSHA256(req.Data), true
+			return c.Signal(), c.Name == req.Name && c.DataSHA256 == checkpoint.SignalDataSHA256(req.Data), true
 		}
 	}
 	return checkpoint.Signal{}, false, false

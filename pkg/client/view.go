@@ -339,7 +339,7 @@ func signalsOf(run checkpoint.Run) []checkpoint.Signal {
 	}
 	out := make([]checkpoint.Signal, 0, len(run.Consumed)+len(run.Signals))
 	for _, c := range run.Consumed {
-		out = append(out, checkpoint.Signal{Name: c.Name, ID: c.ID, By: c.By, Channel: c.Channel, At: c.At, ConsumedBy: c.Step})
+		out = append(out, c.Signal())
 	}
 	out = append(out, run.Signals...)
 	slices.SortStableFunc(out, func(a, b checkpoint.Signal) int { return a.At.Compare(b.At) })
