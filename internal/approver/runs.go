@@ -1,13 +1,11 @@
 package approver
 
 import (
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,7 +42,7 @@ type RunsPage struct {
 	// empty on the last page.
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Counts are the runs of the workflow filter (every status) by status,
-	// each status present.
+	// each status present: the store's counters.
 	Counts map[checkpoint.Status]int `json:"counts"`
 }
 
@@ -97,12 +95,28 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, who.ID, "", http.StatusBadRequest, CodeBadRequest, bad)
 		return
 	}
-	all, err := s.cfg.Client.List(r.Context(), client.ListFilter{Workflow: q.workflow})
+	page, err := s.cfg.Client.ListPage(r.Context(), client.ListFilter{Status: q.status, Workflow: q.workflow}, q.limit, q.after)
 	if err != nil {
-		s.internal(w, r, who.ID, "", fmt.Errorf("list runs: %w", err))
+		s.internal(w, r, who.ID, "", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, runsPage(all, q))
+	counts, err := s.cfg.Client.Counts(r.Context())
+	if err != nil {
+		s.internal(w, r, who.ID, "", err)
+		return
+	}
+	body := RunsPage{Runs: page.Runs, NextCursor: page.Next.String(), Counts: map[checkpoint.Status]int{}}
+	if body.Runs == nil {
+		body.Runs = []client.RunSummary{}
+	}
+	byStatus := counts.Status
+	if q.workflow != "" {
+		byStatus = counts.Workflow[q.workflow]
+	}
+	for _, st := range checkpoint.Statuses {
+		body.Counts[st] = int(byStatus[st])
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 // runsQuery is a parsed GET /api/runs.
@@ -110,37 +124,7 @@ type runsQuery struct {
 	status   checkpoint.Status
 	workflow string
 	limit    int
-	after    *runKey // the cursor: the last run of the page before
-}
-
-// runKey orders runs newest first: by creation time, then id.
-type runKey struct {
-	created int64
-	id      string
-}
-
-func keyOf(r client.RunSummary) runKey { return runKey{r.CreatedAt.UnixNano(), r.RunID} }
-
-// before reports whether k comes before o, newest first.
-func (k runKey) before(o runKey) bool {
-	return k.created > o.created || k.created == o.created && k.id > o.id
-}
-
-func (k runKey) cursor() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(k.created, 10) + ":" + k.id))
-}
-
-func parseCursor(c string) (*runKey, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return nil, false
-	}
-	ns, id, ok := strings.Cut(string(raw), ":")
-	created, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || queue.ValidateRunID(id) != nil {
-		return nil, false
-	}
-	return &runKey{created, id}, true
+	after    checkpoint.RunKey // the cursor: the last run of the page before
 }
 
 // parseRunsQuery reads status, workflow, limit and cursor, or says what is
@@ -162,45 +146,13 @@ func parseRunsQuery(r *http.Request) (runsQuery, string) {
 		q.limit = n
 	}
 	if c := v.Get("cursor"); c != "" {
-		k, ok := parseCursor(c)
-		if !ok {
+		k, err := checkpoint.ParseRunKey(c)
+		if err != nil {
 			return q, fmt.Sprintf("cursor %q: not a cursor this API gave (pass next_cursor back as it is)", c)
 		}
 		q.after = k
 	}
 	return q, ""
-}
-
-// runsPage is the page of all (every status of the workflow filter) that q
-// asks for.
-func runsPage(all []client.RunSummary, q runsQuery) RunsPage {
-	page := RunsPage{Runs: []client.RunSummary{}, Counts: map[checkpoint.Status]int{}}
-	for _, st := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted,
-		checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
-		page.Counts[st] = 0
-	}
-	var match []client.RunSummary
-	for _, r := range all {
-		page.Counts[r.Status]++
-		if (q.status == "" || r.Status == q.status) && (q.after == nil || q.after.before(keyOf(r))) {
-			match = append(match, r)
-		}
-	}
-	slices.SortFunc(match, func(a, b client.RunSummary) int {
-		switch ka, kb := keyOf(a), keyOf(b); {
-		case ka.before(kb):
-			return -1
-		case kb.before(ka):
-			return 1
-		}
-		return 0
-	})
-	if len(match) > q.limit {
-		match = match[:q.limit]
-		page.NextCursor = keyOf(match[len(match)-1]).cursor()
-	}
-	page.Runs = append(page.Runs, match...)
-	return page
 }
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {

@@ -30,7 +30,8 @@ Usage:
               [--metrics ADDR] [--tokens FILE] [--trace-url URL]
   durable start WORKFLOW --id RUN [--input JSON]
   durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
-                    [--past-ttl] [--stuck [--stuck-after 15m]] [--json]
+                    [--past-ttl] [--stuck [--stuck-after 15m]] [--limit 100] [--cursor C] [--json]
+                                      newest first, one page; the next page's cursor on stderr
   durable runs show RUN [--json]      timeline: steps, attempts, effects, parks, decisions
   durable runs cancel RUN
   durable runs redrive RUN            a dead run back to its failed step

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,6 +29,8 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	pastTTL := fs.Bool("past-ttl", false, "only waiting runs whose deadline (approval TTL or timer) has passed")
 	stuck := fs.Bool("stuck", false, "only stuck runs: running with no commit for longer than --stuck-after")
 	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "how long a running run may go without a commit before it counts as stuck (the scheduler's default)")
+	limit := fs.Int("limit", 100, fmt.Sprintf("print at most this many runs, newest first (1-%d; 0: every run that matches, which costs what the store holds)", checkpoint.MaxPageLimit))
+	cursor := fs.String("cursor", "", "start after the runs of an earlier listing (the cursor it printed on stderr)")
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
@@ -35,6 +38,16 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if len(pos) > 0 {
 		return service.Usagef("runs list: unexpected argument %q", pos[0])
+	}
+	if *limit < 0 || *limit > checkpoint.MaxPageLimit {
+		return service.Usagef("runs list: --limit %d: want 0-%d", *limit, checkpoint.MaxPageLimit)
+	}
+	after, err := checkpoint.ParseRunKey(*cursor)
+	if err != nil {
+		return service.Usagef("runs list: --%v", err)
+	}
+	if *limit == 0 && !after.IsZero() {
+		return service.Usagef("runs list: --cursor pages a listing: give --limit too")
 	}
 	if *status != "" && !checkpoint.Status(*status).Valid() {
 		return service.Usagef("runs list: unknown status %q (running, waiting, completed, failed, cancelled, dead)", *status)
@@ -49,12 +62,24 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer s.Close()
-	sums, err := cl.List(ctx, f)
+	var sums []client.RunSummary
+	var next checkpoint.RunKey
+	if *limit == 0 {
+		sums, err = cl.List(ctx, f)
+		slices.Reverse(sums) // newest first, as pages are
+	} else {
+		var page client.RunsPage
+		page, err = cl.ListPage(ctx, f, *limit, after)
+		sums, next = page.Runs, page.Next
+	}
 	if errors.Is(err, client.ErrBadFilter) {
 		return service.Usagef("runs list: %v", err)
 	}
 	if err != nil {
 		return err
+	}
+	if !next.IsZero() {
+		defer fmt.Fprintf(stderr, "more runs: add --cursor %s\n", next)
 	}
 	if *asJSON {
 		return writeJSON(stdout, sums)

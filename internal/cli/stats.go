@@ -16,7 +16,7 @@ func cmdStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := service.NewFlagSet("durable stats", stderr)
 	var c service.Conn
 	c.Register(fs)
-	sample := fs.Int("sample", client.DefaultStatsSample, "read the checkpoints of this many most recently updated runs (0 or less: all runs)")
+	sample := fs.Int("sample", client.DefaultStatsSample, "read this many of the newest ended runs of each status, and the checkpoints of this many most recently updated runs (0 or less: all runs, which costs what the store holds)")
 	stuckAfter := fs.Duration("stuck-after", client.DefaultStuckAfter, "a running run with no commit for this long is stuck (the scheduler's default)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := service.ParseArgs(fs, args)
@@ -53,7 +53,8 @@ func printStats(w io.Writer, st client.Stats) {
 	if st.Sample.All {
 		scope = fmt.Sprintf("checkpoints of all runs (%d checkpoints)", st.Sample.Checkpoints)
 	}
-	fmt.Fprintf(w, "durable stats at %s: %d runs; [sample] figures read the %s\n", st.At.Local().Format(time.DateTime), st.Runs, scope)
+	fmt.Fprintf(w, "durable stats at %s: %d runs (the index's counters); [sample] figures read every live run, the newest %d ended runs and the %s\n",
+		st.At.Local().Format(time.DateTime), st.Runs, st.Sample.Ended, scope)
 	fmt.Fprint(w, "runs by status:")
 	for _, s := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
 		fmt.Fprintf(w, "  %s %d", s, st.ByStatus[s])
@@ -63,7 +64,7 @@ func printStats(w io.Writer, st client.Stats) {
 	d := st.Duplicates
 	fmt.Fprintln(w, "\n1. duplicate side effects")
 	fmt.Fprintf(w, "   reused effect keys   %d [sample]  keys committed by more than one checkpoint%s\n", d.ReusedKeys, examples(d.ReusedKeyExamples...))
-	fmt.Fprintf(w, "   journal mismatches   %d  dead runs whose step replayed a recorded call with other arguments\n", d.JournalMismatches)
+	fmt.Fprintf(w, "   journal mismatches   %d [sample]  dead runs whose step replayed a recorded call with other arguments\n", d.JournalMismatches)
 	fmt.Fprintf(w, "   replayed effects     %d of %d [sample]  an attempt that did not commit had made the effect; its key stopped a second execution\n", d.Replayed, d.Effects)
 	fmt.Fprintln(w, "   not measured here: an effect a provider executed twice (see the provider's own records)")
 
@@ -71,8 +72,8 @@ func printStats(w io.Writer, st client.Stats) {
 	fmt.Fprintln(w, "\n2. resume rate")
 	fmt.Fprintf(w, "   %.3f resumed steps per completed run [sample]: %s committed by a delivery after the first, in %s\n",
 		r.PerCompletedRun, plural(r.RedeliveredSteps, "step", "steps"), plural(r.CompletedRuns, "completed run", "completed runs"))
-	fmt.Fprintf(w, "   %.3f approval resumes per completed run (%d over %s)\n",
-		r.ApprovalResumesPerCompletedRun, r.ApprovalResumes, plural(st.ByStatus[checkpoint.StatusCompleted], "completed run", "completed runs"))
+	fmt.Fprintf(w, "   %.3f approval resumes per completed run [sample] (%d in the newest completed runs read)\n",
+		r.ApprovalResumesPerCompletedRun, r.ApprovalResumes)
 
 	fmt.Fprintf(w, "\n3. stuck runs (running, no commit for more than %s)\n", st.Stuck.After)
 	fmt.Fprintf(w, "   %d", st.Stuck.Count)

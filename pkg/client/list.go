@@ -71,8 +71,10 @@ func (f ListFilter) validate() error {
 	return nil
 }
 
-// List returns the runs matching f, oldest first, each marked past_ttl or
-// stuck when it is.
+// List returns every run matching f, oldest first, each marked past_ttl
+// or stuck when it is. It reads every run of f's status (or of every
+// status), so it costs the live work for a live status and the history
+// the store keeps otherwise: listings for people page with ListPage.
 func (c *Client) List(ctx context.Context, f ListFilter) ([]RunSummary, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -93,15 +95,89 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]RunSummary, error) {
 	}
 	out := make([]RunSummary, 0, len(runs))
 	for _, r := range runs {
-		age := f.Now.Sub(r.CreatedAt)
-		pastTTL, stuck := IsPastTTL(r, f.Now), IsStuck(r, f.Now, f.StuckAfter)
-		if (f.OlderThan > 0 && age <= f.OlderThan) || (f.NewerThan > 0 && age >= f.NewerThan) ||
-			(f.PastTTL && !pastTTL) || (f.Stuck && !stuck) {
-			continue
+		if s, ok := f.keep(r); ok {
+			out = append(out, s)
 		}
-		s := Summarize([]checkpoint.Run{r})[0]
-		s.PastTTL, s.Stuck = pastTTL, stuck
-		out = append(out, s)
 	}
 	return out, nil
+}
+
+// RunsPage is one page of ListPage, newest first.
+type RunsPage struct {
+	Runs []RunSummary
+	// Next is where the next page starts (ListPage's after); zero after
+	// the last page.
+	Next checkpoint.RunKey
+}
+
+// ListPage returns up to limit (1 to checkpoint.MaxPageLimit) runs
+// matching f that come after the key after, newest first: by creation,
+// or, with a status (PastTTL and Stuck imply one), by when the runs took
+// it (see checkpoint.RunKey). It reads the store's index a page at a
+// time, so it costs the runs it reads: those it returns, and those f's
+// age, TTL and stuck filters drop on the way.
+func (c *Client) ListPage(ctx context.Context, f ListFilter, limit int, after checkpoint.RunKey) (RunsPage, error) {
+	if err := f.validate(); err != nil {
+		return RunsPage{}, err
+	}
+	if limit < 1 || limit > checkpoint.MaxPageLimit {
+		return RunsPage{}, fmt.Errorf("%w: limit %d: want 1-%d", ErrBadFilter, limit, checkpoint.MaxPageLimit)
+	}
+	if f.Now.IsZero() {
+		f.Now = time.Now()
+	}
+	q := checkpoint.PageQuery{Status: f.Status, Workflow: f.Workflow, After: after}
+	switch {
+	case f.PastTTL:
+		q.Status = checkpoint.StatusWaiting
+	case f.Stuck:
+		q.Status = checkpoint.StatusRunning
+	}
+	var out RunsPage
+	for {
+		// Ask for what is missing only, so the page ends on the last
+		// run read and its Next is where this listing goes on.
+		q.Limit = limit - len(out.Runs)
+		page, err := c.store.PageRuns(ctx, q)
+		if err != nil {
+			return RunsPage{}, fmt.Errorf("list runs: %w", err)
+		}
+		for _, r := range page.Runs {
+			if s, ok := f.keep(r); ok {
+				out.Runs = append(out.Runs, s)
+			}
+		}
+		out.Next = page.Next
+		if page.Next.IsZero() || len(out.Runs) == limit {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return RunsPage{}, ctx.Err()
+		}
+		q.After = page.Next
+	}
+}
+
+// keep reports whether r passes f's age, TTL and stuck filters, and
+// summarizes it.
+func (f ListFilter) keep(r checkpoint.Run) (RunSummary, bool) {
+	age := f.Now.Sub(r.CreatedAt)
+	pastTTL, stuck := IsPastTTL(r, f.Now), IsStuck(r, f.Now, f.StuckAfter)
+	if (f.OlderThan > 0 && age <= f.OlderThan) || (f.NewerThan > 0 && age >= f.NewerThan) ||
+		(f.PastTTL && !pastTTL) || (f.Stuck && !stuck) {
+		return RunSummary{}, false
+	}
+	s := Summarize([]checkpoint.Run{r})[0]
+	s.PastTTL, s.Stuck = pastTTL, stuck
+	return s, true
+}
+
+// Counts reads the store's counters of runs per status, in all and per
+// workflow, without reading any run.
+func (c *Client) Counts(ctx context.Context) (checkpoint.RunCounts, error) {
+	counts, err := c.store.CountRuns(ctx)
+	if err != nil {
+		return checkpoint.RunCounts{}, fmt.Errorf("count runs: %w", err)
+	}
+	return counts, nil
 }

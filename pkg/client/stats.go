@@ -37,7 +37,7 @@ type StatsOptions struct {
 // Stats are the four signals that durable execution is broken, for the
 // fleet at one moment: duplicate side effects, resume rate, stuck runs and
 // checkpoint size. Figures from run records cover every run; figures from
-// checkpoints cover Sample.
+// checkpoints and from ended runs cover Sample.
 type Stats struct {
 	At       time.Time                 `json:"at"`
 	Runs     int                       `json:"runs"`
@@ -51,10 +51,14 @@ type Stats struct {
 	Checkpoints CheckpointStats `json:"checkpoints"`
 }
 
-// StatsSample says which runs the checkpoint-based figures read.
+// StatsSample says which runs the figures read: every live run, and of
+// the ended ones the newest Sample of each ended status (Ended, which the
+// figures from ended runs cover: approval resumes, journal mismatches);
+// the checkpoints of the Runs most recently updated of those.
 type StatsSample struct {
 	Runs        int  `json:"runs"`
 	Checkpoints int  `json:"checkpoints"`
+	Ended       int  `json:"ended_runs_read"`
 	All         bool `json:"all"`
 }
 
@@ -75,7 +79,7 @@ type DuplicateStats struct {
 	ReusedKeys int `json:"reused_keys"`
 	// ReusedKeyExamples lists up to 10 of them.
 	ReusedKeyExamples []string `json:"reused_key_examples,omitempty"`
-	// JournalMismatches counts dead runs (all runs) that died because a
+	// JournalMismatches counts dead runs (of the sample) that died because a
 	// step replayed a journaled call with different arguments.
 	JournalMismatches int `json:"journal_mismatches"`
 }
@@ -90,8 +94,8 @@ type ResumeStats struct {
 	RedeliveredSteps int `json:"redelivered_steps"`
 	// PerCompletedRun is RedeliveredSteps / CompletedRuns: the resume rate.
 	PerCompletedRun float64 `json:"per_completed_run"`
-	// ApprovalResumes sums Run.Resumes (resumed after parking) over every
-	// completed run, and ApprovalResumesPerCompletedRun divides it by them.
+	// ApprovalResumes sums Run.Resumes (resumed after parking) over the sampled
+	// completed runs, and ApprovalResumesPerCompletedRun divides it by them.
 	ApprovalResumes                int     `json:"approval_resumes"`
 	ApprovalResumesPerCompletedRun float64 `json:"approval_resumes_per_completed_run"`
 }
@@ -118,31 +122,72 @@ type CheckpointStats struct {
 	P95StepMS float64 `json:"p95_step_ms"`
 }
 
-// Stats computes the fleet's signals now. It lists every run record (one
-// pass) and reads the checkpoints of a sample of the most recently
-// updated runs.
+// Stats computes the fleet's signals now. It reads the store's counters
+// (runs per status), every live run (running and waiting: stuck runs,
+// waits past their TTL) and, of the ended runs, the newest Sample of each
+// ended status; the checkpoints of the Sample most recently updated of
+// those it read. What it reads grows with the live work and the sample,
+// not with the history the store keeps.
 func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 	o = o.withDefaults()
-	runs, err := c.store.ListRuns(ctx, checkpoint.Filter{})
+	counts, err := c.store.CountRuns(ctx)
 	if err != nil {
-		return Stats{}, fmt.Errorf("list runs: %w", err)
+		return Stats{}, fmt.Errorf("count runs: %w", err)
 	}
-	st := Stats{At: o.Now.UTC(), Runs: len(runs), ByStatus: map[checkpoint.Status]int{}}
+	st := Stats{At: o.Now.UTC(), Runs: int(counts.Total()), ByStatus: map[checkpoint.Status]int{}}
 	// Every status is present, zero or not, so scripts can index it.
-	for _, s := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead} {
-		st.ByStatus[s] = 0
+	for _, s := range checkpoint.Statuses {
+		st.ByStatus[s] = int(counts.Status[s])
+	}
+	var runs []checkpoint.Run
+	for _, s := range checkpoint.Statuses {
+		var read []checkpoint.Run
+		if s.Terminal() {
+			read, err = c.newest(ctx, s, o.Sample)
+		} else {
+			read, err = c.store.ListRuns(ctx, checkpoint.Filter{Status: s})
+		}
+		if err != nil {
+			return Stats{}, fmt.Errorf("list %s runs: %w", s, err)
+		}
+		if s.Terminal() {
+			st.Sample.Ended += len(read)
+		}
+		runs = append(runs, read...)
 	}
 	st.Stuck.After = o.StuckAfter.String()
 	st.addRuns(runs, o)
 
 	sample := mostRecent(runs, o.Sample)
-	st.Sample.Runs, st.Sample.All = len(sample), len(sample) == len(runs)
+	st.Sample.Runs, st.Sample.All = len(sample), int64(len(sample)) == counts.Total()
 	cps, err := c.readCheckpoints(ctx, sample, o.Parallel)
 	if err != nil {
 		return Stats{}, err
 	}
 	st.addCheckpoints(sample, cps)
 	return st, nil
+}
+
+// newest reads the newest n runs in status (every one when n is
+// negative), a page at a time.
+func (c *Client) newest(ctx context.Context, status checkpoint.Status, n int) ([]checkpoint.Run, error) {
+	var runs []checkpoint.Run
+	q := checkpoint.PageQuery{Status: status, Limit: checkpoint.MaxPageLimit}
+	for n < 0 || len(runs) < n {
+		if n > 0 {
+			q.Limit = min(checkpoint.MaxPageLimit, n-len(runs))
+		}
+		page, err := c.store.PageRuns(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, page.Runs...)
+		if page.Next.IsZero() {
+			break
+		}
+		q.After = page.Next
+	}
+	return runs, nil
 }
 
 func (o StatsOptions) withDefaults() StatsOptions {

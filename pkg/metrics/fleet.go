@@ -151,10 +151,20 @@ func (f *Fleet) Scan(ctx context.Context) error {
 	f.mu.Lock()
 	store, js := f.cfg.Store, f.cfg.JetStream
 	f.mu.Unlock()
-	runs, err := store.ListRuns(ctx, checkpoint.Filter{})
+	// The counters give every status; only the live runs are read.
+	counts, err := store.CountRuns(ctx)
 	if err != nil {
 		f.scanErrs.Inc()
 		return err
+	}
+	var runs []checkpoint.Run
+	for _, st := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting} {
+		live, err := store.ListRuns(ctx, checkpoint.Filter{Status: st})
+		if err != nil {
+			f.scanErrs.Inc()
+			return err
+		}
+		runs = append(runs, live...)
 	}
 	s := &fleetSnapshot{at: now, runs: map[string]map[checkpoint.Status]int{}, stuck: map[stepKey]int{},
 		oldest: map[stepKey]float64{}, threshold: map[stepKey]float64{}, pastTTL: map[[2]string]int{}}
@@ -170,12 +180,16 @@ func (f *Fleet) Scan(ctx context.Context) error {
 			}
 		}
 	}
+	for wf, byStatus := range counts.Workflow {
+		if s.runs[wf] == nil {
+			s.runs[wf] = map[checkpoint.Status]int{}
+		}
+		for st, n := range byStatus {
+			s.runs[wf][st] = int(n)
+		}
+	}
 	var running []checkpoint.Run
 	for _, r := range runs {
-		if s.runs[r.Workflow] == nil {
-			s.runs[r.Workflow] = map[checkpoint.Status]int{}
-		}
-		s.runs[r.Workflow][r.Status]++
 		switch r.Status {
 		case checkpoint.StatusRunning:
 			running = append(running, r)

@@ -151,6 +151,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	repairs.Add(1)
 	go func() {
 		defer repairs.Done()
+		s.BackfillIndex(ctx, 0)
 		t := time.NewTicker(s.cfg.RepairInterval)
 		defer t.Stop()
 		for {
@@ -159,6 +160,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				return
 			case <-t.C:
 			}
+			// Runs a process of the previous version wrote during a
+			// rolling upgrade: one batch a pass.
+			s.BackfillIndex(ctx, 1)
 			s.Repair(ctx)
 		}
 	}()
@@ -289,6 +293,43 @@ func (s *Scheduler) SweepBlobs(ctx context.Context) {
 	}
 	if res.Objects > 0 {
 		s.log.Info().Int("runs", res.Runs).Int("objects", res.Objects).Int64("bytes", res.Bytes).Msg("blobs of ended runs deleted")
+	}
+}
+
+// backfillBatch is how many runs one BackfillIndex call indexes.
+const backfillBatch = 1000
+
+// BackfillIndex indexes the runs a store written before its run index
+// holds (checkpoint.IndexBackfill), up to batches calls of backfillBatch
+// runs (0: until done), logging its progress. Repair and the listings
+// read the index, so a scheduler does this first when it starts; it is
+// resumable and idempotent, so several schedulers may do it at once.
+func (s *Scheduler) BackfillIndex(ctx context.Context, batches int) {
+	b, ok := s.store.(checkpoint.IndexBackfill)
+	if !ok {
+		return
+	}
+	began, logged, total := time.Now(), time.Now(), 0
+	for i := 0; batches == 0 || i < batches; i++ {
+		p, err := b.BackfillIndex(ctx, backfillBatch)
+		total += p.Indexed
+		if err != nil {
+			if ctx.Err() == nil {
+				s.c.errors.Add(1)
+				s.log.Warn().Err(err).Int("indexed", total).Msg("run index backfill failed; the next repair pass goes on")
+			}
+			return
+		}
+		if p.Done {
+			if total > 0 {
+				s.log.Info().Int("indexed", total).Dur("took", time.Since(began)).Msg("run index backfilled: runs written before the index are listed again")
+			}
+			return
+		}
+		if time.Since(logged) > 5*time.Second {
+			logged = time.Now()
+			s.log.Info().Int("indexed", total).Int("remaining", p.Remaining).Msg("run index backfill under way")
+		}
 	}
 }
 

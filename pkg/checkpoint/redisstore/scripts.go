@@ -3,9 +3,13 @@ package redisstore
 import "github.com/redis/go-redis/v9"
 
 // Each script touches the keys of one run only, all tagged {runID}, so it
-// runs on a single Redis Cluster slot. The global indexes (runs, workflows,
-// due) are written by separate calls and can be repaired; the one script
-// on a global key, claimDueScript, touches that key alone.
+// runs on a single Redis Cluster slot, except on one Redis node (or
+// Sentinel), where the scripts that change a run's status move its index
+// entries too (indexLua): their keys are named inside the script, which
+// only a node that holds every slot allows. In a Cluster the index
+// entries move in a second call (indexScript). The other global keys
+// (workflows, due) are written by separate calls and can be repaired; the
+// one script on a global key, claimDueScript, touches that key alone.
 
 // Status codes returned by the write scripts; a non-negative reply is the
 // run's new revision.
@@ -15,13 +19,75 @@ const (
 	codeConflict         = -3
 )
 
-// createScript creates the run hash only if it is absent. Reply: 1 when
-// created, otherwise {doc, rev} of the existing run.
-var createScript = redis.NewScript(`
+// indexLua keeps a run's index entries (index.go) in the write that
+// changes its status. index(run key, a) reads ARGV[a..a+5]: the index
+// prefix of the run's shard, the run id, its new status, its workflow,
+// its creation and the time of this write (unix ms). The run hash's field
+// st holds the status the index has; when the new one differs, st is set
+// and the entries move. With an empty prefix (Redis Cluster, where the
+// index shard is another slot) the entries are left to the caller:
+// index returns the old status ('' for a run not indexed yet) and the
+// caller moves them with indexScript; otherwise it returns false.
+//
+// reindex moves id from status old (nil: not indexed yet, so the
+// creation and workflow entries are added; '*': wherever it is) to new,
+// counting each entry it adds or removes: it can be applied twice.
+const indexLua = `
+local statuses = {'running', 'waiting', 'completed', 'failed', 'cancelled', 'dead'}
+local function unindex(p, id, wf, st)
+  if redis.call('ZREM', p .. 's:' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. st, -1) end
+  if redis.call('ZREM', p .. 'ws:' .. wf .. ':' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. st, -1) end
+end
+local function reindex(p, id, old, new, wf, created, at)
+  if old == new then return end
+  if old == '*' then
+    for _, st in ipairs(statuses) do
+      if st ~= new then unindex(p, id, wf, st) end
+    end
+  elseif old then
+    unindex(p, id, wf, old)
+  end
+  if old == nil or old == '*' then
+    redis.call('ZADD', p .. 'all', 'NX', created, id)
+    redis.call('ZADD', p .. 'w:' .. wf, 'NX', created, id)
+  end
+  if new == '' then return end
+  if redis.call('ZADD', p .. 's:' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. new, 1) end
+  if redis.call('ZADD', p .. 'ws:' .. wf .. ':' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. new, 1) end
+end
+local function index(run, a)
+  local new = ARGV[a + 2]
+  local old = redis.call('HGET', run, 'st') or nil -- a missing field reads false
+  if old == new then return false end
+  redis.call('HSET', run, 'st', new)
+  if ARGV[a] == '' then return old or '' end
+  reindex(ARGV[a], ARGV[a + 1], old, new, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+  return false
+end
+`
+
+// indexScript is reindex on its own, on the index shard's slot (KEYS[1]
+// is the shard's counters; the other keys share its hash tag): ARGV is
+// prefix, id, old status ('' for none, '*' for any), new status ('' to
+// remove the run from the status indexes), workflow, created, at.
+var indexScript = redis.NewScript(indexLua + `
+local old = ARGV[3]
+if old == '' then old = nil end
+reindex(ARGV[1], ARGV[2], old, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+return 1
+`)
+
+// createScript creates the run hash only if it is absent and indexes it
+// (ARGV[2..7], see indexLua). Reply: 1 when created and indexed, {1, ''}
+// when created and the caller indexes it, otherwise {doc, rev} of the
+// existing run.
+var createScript = redis.NewScript(indexLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'doc', 'rev')
 end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
+local old = index(KEYS[1], 2)
+if old then return {1, old} end
 return 1
 `)
 
@@ -45,14 +111,20 @@ end
 `
 
 // updateScript replaces the run document if its revision is still ARGV[1]
-// and stores what its spill moved (KEYS[2..4], ARGV[3..]) with it.
-var updateScript = redis.NewScript(spillLua + `
+// and stores what its spill moved (KEYS[2..4], ARGV[9..]) with it, and
+// indexes it (ARGV[3..8], see indexLua). Reply: the new revision, a
+// negative code, or {revision, old status} when the caller moves the
+// index entries.
+var updateScript = redis.NewScript(spillLua + indexLua + `
 local rev = redis.call('HGET', KEYS[1], 'rev')
 if not rev then return -1 end
 if rev ~= ARGV[1] then return -3 end
-spill(2, 3)
+spill(2, 9)
 redis.call('HSET', KEYS[1], 'doc', ARGV[2])
-return redis.call('HINCRBY', KEYS[1], 'rev', 1)
+local old = index(KEYS[1], 3)
+rev = redis.call('HINCRBY', KEYS[1], 'rev', 1)
+if old then return {rev, old} end
+return rev
 `)
 
 // commitScript writes checkpoint ARGV[4] (KEYS[2]) first-writer-wins and
@@ -62,8 +134,9 @@ return redis.call('HINCRBY', KEYS[1], 'rev', 1)
 // the highest committed step, so Checkpoints knows how far to read. Three
 // calls in the common case: the checkpoint is created with SET NX and
 // taken back if the revision moved (the script is atomic: nobody sees it).
-// What the run's spill moved goes to KEYS[3..5] (ARGV[5..]).
-var commitScript = redis.NewScript(spillLua + `
+// What the run's spill moved goes to KEYS[3..5] (ARGV[11..]); the run is
+// indexed with ARGV[5..10] (indexLua), and the reply is as updateScript's.
+var commitScript = redis.NewScript(spillLua + indexLua + `
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp')
 if not cur[1] then return -1 end
 if not redis.call('SET', KEYS[2], ARGV[3], 'NX') then return -2 end
@@ -71,13 +144,15 @@ if cur[1] ~= ARGV[1] then
   redis.call('DEL', KEYS[2])
   return -3
 end
-spill(3, 5)
+spill(3, 11)
 local rev = tonumber(cur[1]) + 1
 if tonumber(ARGV[4]) > tonumber(cur[2] or '0') then
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev, 'last_cp', ARGV[4])
 else
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev)
 end
+local old = index(KEYS[1], 5)
+if old then return {rev, old} end
 return rev
 `)
 
@@ -149,4 +224,19 @@ for i = 2, #ARGV, 2 do
   end
 end
 return n
+`)
+
+// backfillScript indexes a run written before the index existed (no st
+// field), if its revision is still ARGV[1]; ARGV[2..7] as indexLua. Reply:
+// 0 when it was indexed already, -1 when the run is gone, -3 when it
+// moved (read it again), 1 when indexed, {1, old} when the caller moves
+// its entries (Cluster).
+var backfillScript = redis.NewScript(indexLua + `
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'st')
+if not cur[1] then return -1 end
+if cur[2] then return 0 end
+if cur[1] ~= ARGV[1] then return -3 end
+local old = index(KEYS[1], 2)
+if old then return {1, old} end
+return 1
 `)

@@ -33,8 +33,8 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
 	keys := append([]string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}, s.spillKeys(run.ID)...)
-	rev, err := s.batch.run(ctx, commitScript, keys,
-		append([]any{strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step}, spilled...)...).Int64()
+	args := append(append([]any{strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step}, s.indexArgs(run)...), spilled...)
+	rev, err := s.written(ctx, run, s.batch.run(ctx, commitScript, keys, args...))
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}

@@ -92,7 +92,6 @@ func (s *Store) failureCountKey(id string, n int) string {
 func (s *Store) auditKey(id string) string     { return s.tag(id) + "audit" }
 func (s *Store) approvalsKey(id string) string { return s.tag(id) + "approvals" }
 func (s *Store) blobsKey(id string) string     { return s.tag(id) + "blobs" }
-func (s *Store) runsKey() string               { return s.prefix + ":runs" }
 func (s *Store) workflowsKey() string          { return s.prefix + ":workflows" }
 func (s *Store) dueKey() string                { return s.prefix + ":due" }
 
