@@ -26,7 +26,7 @@ const (
 // st holds the status the index has; when the new one differs, st is set
 // and the entries move. With an empty prefix (Redis Cluster, where the
 // index shard is another slot) the entries are left to the caller:
-// index returns the old status (” for a run not indexed yet) and the
+// index returns the old status (empty for a run not indexed yet) and the
 // caller moves them with indexScript; otherwise it returns false.
 //
 // reindex moves id from status old (nil: not indexed yet, so the
@@ -68,7 +68,7 @@ end
 
 // indexScript is reindex on its own, on the index shard's slot (KEYS[1]
 // is the shard's counters; the other keys share its hash tag): ARGV is
-// prefix, id, old status (” for none, '*' for any), new status (” to
+// prefix, id, old status (empty for none, '*' for any), new status (empty to
 // remove the run from the status indexes), workflow, created, at.
 var indexScript = redis.NewScript(indexLua + `
 local old = ARGV[3]
