@@ -78,7 +78,7 @@ return 1
 `)
 
 // createScript creates the run hash only if it is absent and indexes it
-// (ARGV[2..7], see indexLua). Reply: 1 when created and indexed, {1, ”}
+// (ARGV[2..7], see indexLua). Reply: 1 when created and indexed, {1, old}
 // when created and the caller indexes it, otherwise {doc, rev} of the
 // existing run.
 var createScript = redis.NewScript(indexLua + `
