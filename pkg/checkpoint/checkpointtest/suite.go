@@ -110,6 +110,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"Liveness", testLiveness},
 		{"RecordBound", testRecordBound},
 		{"LegacyRecordSpills", testLegacyRecordSpills},
+		{"Retention", testRetention},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

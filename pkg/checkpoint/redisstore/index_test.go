@@ -195,3 +195,77 @@ func scriptCalls(t *testing.T, ctx context.Context, addr string) int64 {
 	}
 	return n
 }
+
+// A purge deletes every key of the run, its branches', logs' and
+// liveness mark included, and its index entries: only the tombstone is
+// left, and it expires.
+func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
+	client := startClient(t)
+	ctx := testCtx(t)
+	prefix := uniquePrefix()
+	s := redisstore.New(client, redisstore.Options{Prefix: prefix})
+	const id = "gone-1"
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = s.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"})
+	must(err)
+	run.Step = 2
+	run, err = s.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, State: []byte(`{}`), FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}, {Step: "b"}}}})
+	must(err)
+	for i := 1; i <= 2; i++ {
+		_, err = s.RecordBranchCall(ctx, id, 2, i, checkpoint.CallRecord{Name: "fetch"})
+		must(err)
+		_, err = s.RecordBranchFailure(ctx, id, 2, i, checkpoint.Failure{Attempt: 1, Error: "flaky"})
+		must(err)
+		_, err = s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: id, Step: 2, Branch: i, Of: 2, State: []byte(`{}`), Spend: 0.5})
+		must(err)
+	}
+	_, err = s.RecordFailure(ctx, id, 3, checkpoint.Failure{Attempt: 1, Error: "boom"})
+	must(err)
+	must(s.MarkAlive(ctx, id, time.Now()))
+	for i := range 150 { // past AuditKept: the oldest go to the audit log
+		run.Audit = append(run.Audit, checkpoint.AuditEntry{Kind: "reminder", Step: 3, At: time.Now(), By: fmt.Sprint(i)})
+	}
+	run.Status, run.Step = checkpoint.StatusDead, 3
+	run, err = s.UpdateRun(ctx, run)
+	must(err)
+	if keys, _ := client.Keys(ctx, prefix+":{"+id+"}*").Result(); len(keys) < 15 {
+		t.Fatalf("before the purge: %d keys %v, want the run's keys of every kind", len(keys), keys)
+	}
+	must(s.Purge(ctx, run, time.Hour))
+
+	keys, err := client.Keys(ctx, prefix+":{"+id+"}*").Result()
+	must(err)
+	if len(keys) != 1 || keys[0] != prefix+":{"+id+"}:run" {
+		t.Errorf("after the purge: keys %v, want the tombstone alone", keys)
+	}
+	fields, err := client.HKeys(ctx, prefix+":{"+id+"}:run").Result()
+	must(err)
+	if len(fields) != 1 || fields[0] != "tomb" {
+		t.Errorf("tombstone fields %v, want tomb alone", fields)
+	}
+	if ttl, err := client.PTTL(ctx, prefix+":{"+id+"}:run").Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+		t.Errorf("tombstone TTL %s, %v; want at most the hour it is kept", ttl, err)
+	}
+	size, err := client.MemoryUsage(ctx, prefix+":{"+id+"}:run").Result()
+	must(err)
+	t.Logf("tombstone: %d bytes of Redis memory", size)
+	ix, err := client.Keys(ctx, prefix+":ix{*").Result()
+	must(err)
+	for _, k := range ix {
+		if typ, _ := client.Type(ctx, k).Result(); typ != "zset" || k[len(k)-2:] == ":t" {
+			continue
+		}
+		if _, err := client.ZScore(ctx, k, id).Result(); err == nil {
+			t.Errorf("index %s still lists %s", k, id)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -38,12 +39,23 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	case int64:
 		return result, nil
 	case []any:
-		if len(v) == 2 {
-			if _, created := v[0].(int64); created { // {1, old}: index it here
-				if err := s.afterIndex(ctx, run, ""); err != nil {
-					return result, fmt.Errorf("create run %s: %w", run.ID, err)
+		if _, created := v[0].(int64); created && len(v) == 2 { // {1, old}: index it here
+			if err := s.afterIndex(ctx, run, ""); err != nil {
+				return result, fmt.Errorf("create run %s: %w", run.ID, err)
+			}
+			return result, nil
+		}
+		if len(v) == 3 {
+			if v[0] == nil {
+				if perr := purgedError(run.ID, v[2]); perr != nil {
+					var pe *checkpoint.PurgedError
+					if !errors.As(perr, &pe) {
+						return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, perr)
+					}
+					t := pe.Tombstone
+					existing := checkpoint.Run{ID: t.ID, Workflow: t.Workflow, Status: t.Status, UpdatedAt: t.EndedAt}
+					return existing, fmt.Errorf("create run %s: %w (%w)", run.ID, checkpoint.ErrRunExists, perr)
 				}
-				return result, nil
 			}
 			if result, err = decodeRun(v[0], v[1]); err != nil {
 				return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", run.ID, err)
@@ -59,12 +71,17 @@ func (s *Store) GetRun(ctx context.Context, id string) (checkpoint.Run, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run: %w", err)
 	}
-	vals, err := s.batch.command(ctx, "HMGET", s.runKey(id), "doc", "rev").Slice()
+	vals, err := s.batch.command(ctx, "HMGET", s.runKey(id), "doc", "rev", "tomb").Slice()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
-	if len(vals) != 2 {
+	if len(vals) != 3 {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: unexpected reply of %d elements", id, len(vals))
+	}
+	if vals[0] == nil {
+		if err := purgedError(id, vals[2]); err != nil {
+			return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
+		}
 	}
 	run, err := decodeRun(vals[0], vals[1])
 	if err != nil {

@@ -55,6 +55,12 @@ local function reindex(p, id, old, new, wf, created, at)
   if redis.call('ZADD', p .. 's:' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. new, 1) end
   if redis.call('ZADD', p .. 'ws:' .. wf .. ':' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. new, 1) end
 end
+local function drop(p, id, wf, st, created, tombUntil)
+  unindex(p, id, wf, st)
+  redis.call('ZREM', p .. 'all', id)
+  redis.call('ZREM', p .. 'w:' .. wf, id)
+  if tonumber(tombUntil) > 0 then redis.call('ZADD', p .. 't', tombUntil, id) end
+end
 local function index(run, a)
   local new = ARGV[a + 2]
   local old = redis.call('HGET', run, 'st') or nil -- a missing field reads false
@@ -79,11 +85,11 @@ return 1
 
 // createScript creates the run hash only if it is absent and indexes it
 // (ARGV[2..7], see indexLua). Reply: 1 when created and indexed, {1, old}
-// when created and the caller indexes it, otherwise {doc, rev} of the
-// existing run.
+// when created and the caller indexes it, otherwise {doc, rev, tomb} of
+// the existing run (tomb: the tombstone of a purged one).
 var createScript = redis.NewScript(indexLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  return redis.call('HMGET', KEYS[1], 'doc', 'rev')
+  return redis.call('HMGET', KEYS[1], 'doc', 'rev', 'tomb')
 end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
 local old = index(KEYS[1], 2)
@@ -238,5 +244,36 @@ if cur[2] then return 0 end
 if cur[1] ~= ARGV[1] then return -3 end
 local old = index(KEYS[1], 2)
 if old then return {1, old} end
+return 1
+`)
+
+// purgeScript deletes a run whose revision is still ARGV[1]: KEYS[2..]
+// and the run hash KEYS[1], which then holds the tombstone ARGV[2] for
+// ARGV[3] ms (none when 0), and its index entries: ARGV[4..8] are the
+// shard's prefix (empty in a Cluster: the caller drops them with
+// dropScript), id, workflow, created, and the tombstone's expiry (unix
+// ms). Reply: 1, or -1 when the run is gone, -3 when it moved, -4 when
+// it has not ended (its index status, st, is live).
+var purgeScript = redis.NewScript(indexLua + `
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'st', 'doc')
+if not cur[1] or not cur[3] then return -1 end
+if cur[1] ~= ARGV[1] then return -3 end
+local st = cur[2] or ''
+if st == 'running' or st == 'waiting' then return -4 end
+for i = 2, #KEYS do redis.call('UNLINK', KEYS[i]) end
+redis.call('UNLINK', KEYS[1])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('HSET', KEYS[1], 'tomb', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+if ARGV[4] ~= '' and st ~= '' then drop(ARGV[4], ARGV[5], ARGV[6], st, ARGV[7], ARGV[8]) end
+return 1
+`)
+
+// dropScript is drop on its own, on the index shard's slot (KEYS[1], the
+// shard's counters): ARGV is prefix, id, workflow, status, created,
+// tombstone expiry.
+var dropScript = redis.NewScript(indexLua + `
+drop(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 return 1
 `)

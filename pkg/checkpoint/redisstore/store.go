@@ -104,6 +104,8 @@ func scriptCode(code int64) error {
 		return checkpoint.ErrCheckpointExists
 	case codeConflict:
 		return checkpoint.ErrConflict
+	case codeLive:
+		return errors.New("the stored run is not ended")
 	}
 	return fmt.Errorf("unexpected script reply %d", code)
 }

@@ -1,0 +1,209 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+var _ checkpoint.Retention = (*Store)(nil)
+
+// codeLive: purgeScript found the run not ended.
+const codeLive = -4
+
+// tombstone is the stored form of a checkpoint.Tombstone, small: times
+// in unix ms; the id is the key's.
+type tombstone struct {
+	Workflow string            `json:"w"`
+	Status   checkpoint.Status `json:"s"`
+	Ended    int64             `json:"e"`
+	Purged   int64             `json:"p"`
+}
+
+func (t tombstone) of(id string) checkpoint.Tombstone {
+	return checkpoint.Tombstone{ID: id, Workflow: t.Workflow, Status: t.Status,
+		EndedAt: time.UnixMilli(t.Ended).UTC(), PurgedAt: time.UnixMilli(t.Purged).UTC()}
+}
+
+// purgedError reads a run hash's tomb field into a *PurgedError; nil
+// when v holds none.
+func purgedError(id string, v any) error {
+	doc, ok, err := str(v)
+	if err != nil || !ok {
+		return err
+	}
+	var t tombstone
+	if err := json.Unmarshal([]byte(doc), &t); err != nil {
+		return fmt.Errorf("run %s: tombstone %q: %w", id, doc, err)
+	}
+	return &checkpoint.PurgedError{Tombstone: t.of(id)}
+}
+
+// EndedBefore reads, from each shard's index of each ended status, the
+// limit earliest entries before cutoff, merges them and reads the runs of
+// the earliest limit. One that is not ended any more (redriven) has its
+// entries moved and is left out.
+func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([]checkpoint.Run, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("ended runs: limit %d, want at least 1", limit)
+	}
+	var ended []checkpoint.Status
+	for _, st := range checkpoint.Statuses {
+		if st.Terminal() {
+			ended = append(ended, st)
+		}
+	}
+	pipe := s.rdb.Pipeline()
+	var cmds []*redis.ZSliceCmd
+	for k := range indexShards {
+		for _, st := range ended {
+			cmds = append(cmds, pipe.ZRangeByScoreWithScores(ctx, s.indexKey(k, st, ""), &redis.ZRangeBy{
+				Min: "-inf", Max: "(" + strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(limit),
+			}))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("ended runs: %w", err)
+	}
+	var keys []checkpoint.RunKey
+	for _, cmd := range cmds {
+		for _, z := range cmd.Val() {
+			keys = append(keys, checkpoint.RunKey{At: time.UnixMilli(int64(z.Score)), ID: z.Member.(string)})
+		}
+	}
+	slices.SortFunc(keys, func(a, b checkpoint.RunKey) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	ids := make([]string, 0, min(limit, len(keys)))
+	for _, k := range keys[:min(limit, len(keys))] {
+		ids = append(ids, k.ID)
+	}
+	runs, err := s.readListed(ctx, ids, "")
+	if err != nil {
+		return nil, fmt.Errorf("ended runs: %w", err)
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if !r.Status.Terminal() {
+			if err := s.fixIndex(ctx, r); err != nil {
+				return nil, fmt.Errorf("ended runs: %w", err)
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Purge deletes run and every key stored under it (purgeKeys) in one
+// script, compare-and-set on run.Rev, leaving the tombstone.
+func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duration) error {
+	if err := readID(run.ID); err != nil {
+		return fmt.Errorf("purge run: %w", err)
+	}
+	if !run.Status.Terminal() {
+		return fmt.Errorf("purge run %s: it is %s, not ended", run.ID, run.Status)
+	}
+	keys, err := s.purgeKeys(ctx, run)
+	if err != nil {
+		return fmt.Errorf("purge run %s: %w", run.ID, err)
+	}
+	now := time.Now()
+	doc, err := json.Marshal(tombstone{Workflow: run.Workflow, Status: run.Status, Ended: run.UpdatedAt.UnixMilli(), Purged: now.UnixMilli()})
+	if err != nil {
+		return fmt.Errorf("purge run %s: %w", run.ID, err)
+	}
+	var until int64
+	if keep > 0 {
+		until = now.Add(keep).UnixMilli()
+	}
+	p := s.shardPrefix(shardOf(run.ID))
+	argP := p
+	if !s.single {
+		argP = ""
+	}
+	code, err := s.batch.run(ctx, purgeScript, keys, strconv.FormatUint(run.Rev, 10), doc, keep.Milliseconds(),
+		argP, run.ID, run.Workflow, run.CreatedAt.UnixMilli(), until).Int64()
+	if err != nil {
+		return fmt.Errorf("purge run %s: %w", run.ID, err)
+	}
+	switch code {
+	case 1:
+	case codeLive:
+		return fmt.Errorf("purge run %s: the stored run is not ended", run.ID)
+	default:
+		return fmt.Errorf("purge run %s at rev %d: %w", run.ID, run.Rev, scriptCode(code))
+	}
+	if !s.single {
+		err := s.batch.run(ctx, dropScript, []string{p + "n"}, p, run.ID, run.Workflow, string(run.Status), run.CreatedAt.UnixMilli(), until).Err()
+		if err != nil {
+			return fmt.Errorf("purge run %s: drop its index entries: %w", run.ID, err)
+		}
+	}
+	return nil
+}
+
+// purgeKeys lists the keys stored under run besides its hash: for each
+// step up to the cursor (and one past it: a step that failed before it
+// committed), its checkpoint, journal and failures; for each fan-out, its
+// branches' and its join's bitmap and spend; the audit, approval and blob
+// logs; the liveness mark. Deleting a key that is not there is no harm.
+func (s *Store) purgeKeys(ctx context.Context, run checkpoint.Run) ([]string, error) {
+	cps, err := s.Checkpoints(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	last := run.Step + 1
+	for _, cp := range cps {
+		last = max(last, cp.Step+1)
+	}
+	keys := []string{s.runKey(run.ID), s.auditKey(run.ID), s.approvalsKey(run.ID), s.blobsKey(run.ID), s.aliveKey(run.ID)}
+	for n := 1; n <= last; n++ {
+		k := s.stepKeys(run.ID, n, 0)
+		keys = append(keys, k.cp, k.journal, k.failures, k.failureCount)
+	}
+	for _, cp := range cps {
+		if cp.FanOut == nil {
+			continue
+		}
+		join := cp.Step + 1
+		keys = append(keys, s.bitsKey(run.ID, join), s.spendKey(run.ID, join))
+		for i := 1; i <= len(cp.FanOut.Branches); i++ {
+			k := s.stepKeys(run.ID, join, i)
+			keys = append(keys, k.cp, k.journal, k.failures, k.failureCount)
+		}
+	}
+	return keys, nil
+}
+
+// Tombstones counts the tombstones kept, dropping the expired from each
+// shard's tombstone index first.
+func (s *Store) Tombstones(ctx context.Context) (int64, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, indexShards)
+	for k := range indexShards {
+		pipe.ZRemRangeByScore(ctx, s.shardPrefix(k)+"t", "-inf", now)
+		cmds[k] = pipe.ZCard(ctx, s.shardPrefix(k)+"t")
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("count tombstones: %w", err)
+	}
+	var n int64
+	for _, c := range cmds {
+		n += c.Val()
+	}
+	return n, nil
+}
