@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -56,7 +57,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer waitMetrics()
 	p := &devProcs{
 		c: service.Conn{NATSURL: env.NATSURL, RedisURL: o.redisURL, KVBucket: "durable"},
-		m: m, stderr: stderr, errs: make(chan error, o.workers+2),
+		m: m, stderr: stderr, errs: make(chan error, o.workers+2), retention: time.Duration(o.retention),
 	}
 	defer p.close()
 	if err := p.startWorkers(ctx, o); err != nil {
@@ -88,6 +89,7 @@ type devOptions struct {
 	data, httpAddr, redisURL, metricsAddr, tokenFile, traceURL string
 	natsPort, workers, concurrency                             int
 	ackWait                                                    time.Duration
+	retention                                                  schedulercmd.Days
 }
 
 func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
@@ -99,6 +101,8 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	fs.IntVar(&o.workers, "workers", 2, "in-process workers")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "steps each worker runs at once")
 	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
+	o.retention = schedulercmd.Days(scheduler.DefaultRetention)
+	fs.Var(&o.retention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone (env DURABLE_RETENTION)")
 	// The env default is read after parsing so that -h never prints it.
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
@@ -117,6 +121,11 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	if o.traceURL == "" {
 		o.traceURL = os.Getenv("DURABLE_TRACE_URL")
 	}
+	if v := os.Getenv("DURABLE_RETENTION"); v != "" && !flagGiven(fs, "retention") {
+		if err := o.retention.Set(v); err != nil {
+			return o, service.Usagef("dev: DURABLE_RETENTION %v", err)
+		}
+	}
 	if o.workers < 0 || o.workers > 64 {
 		return o, service.Usagef("dev: --workers must be between 0 and 64")
 	}
@@ -127,12 +136,13 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 // connection. The connections stay open until dev returns, after every
 // service has stopped.
 type devProcs struct {
-	c        service.Conn
-	m        *metrics.Metrics
-	stderr   io.Writer
-	sessions []*service.Session
-	wg       sync.WaitGroup
-	errs     chan error // the first error a service stops with ends dev
+	c         service.Conn
+	retention time.Duration
+	m         *metrics.Metrics
+	stderr    io.Writer
+	sessions  []*service.Session
+	wg        sync.WaitGroup
+	errs      chan error // the first error a service stops with ends dev
 }
 
 // open opens a connection that close closes.
@@ -191,7 +201,7 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog})
+	sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog, Retention: p.retention})
 	if err != nil {
 		return err
 	}
@@ -277,4 +287,11 @@ func devTokens(dir, flagPath string) (path, note string, err error) {
 		}
 	}
 	return path, "dev token for dev-adjuster in " + tokPath, nil
+}
+
+// flagGiven reports whether the command line set flag name.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }

@@ -9,6 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
 )
@@ -122,4 +124,24 @@ func (c *Client) DeadLetters(ctx context.Context) ([]queue.DeadLetter, error) {
 		}
 	}
 	return out, nil
+}
+
+// InDeadLetters reports whether the dead-letter stream still holds a
+// letter of run: one read of the newest message on its subject.
+func (c *Client) InDeadLetters(ctx context.Context, run checkpoint.Run) (bool, error) {
+	st, err := c.js.Stream(ctx, queue.DLQStream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dead-letter stream: %w", err)
+	}
+	_, err = st.GetLastMsgForSubject(ctx, queue.DLQSubject(run.Workflow, run.ID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("dead letter of %s: %w", run.ID, err)
+	}
+	return true, nil
 }

@@ -60,6 +60,19 @@ type Config struct {
 	// that are gone.
 	Blobs         blob.Store
 	BlobRetention time.Duration
+	// Retention, when positive, has the scheduler purge the runs that
+	// ended (completed, failed, cancelled, dead and out of the dead-letter
+	// stream) more than Retention ago, each pass of RepairInterval (see
+	// Purge). 0 keeps every run. The scheduler command's default is
+	// DefaultRetention.
+	Retention time.Duration
+	// TombstoneRetention is how long a purged run's tombstone keeps its id
+	// taken: a start with the id is refused, and an idempotency key
+	// derived from it is never presented for another run. Default
+	// DefaultTombstoneRetention.
+	TombstoneRetention time.Duration
+	// PurgeRate bounds the runs purged a second. Default DefaultPurgeRate.
+	PurgeRate int
 	// Logger for structured logs. Default: zerolog's global logger
 	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
@@ -70,7 +83,7 @@ type Config struct {
 // Stats counts what a scheduler did.
 type Stats struct {
 	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
-	BlobsDeleted                                                              int64
+	BlobsDeleted, Purged                                                      int64
 }
 
 // DefaultStepTimeout is the workers' default step timeout
@@ -83,7 +96,7 @@ type Scheduler struct {
 	log   zerolog.Logger
 	store checkpoint.Store
 	c     struct {
-		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted atomic.Int64
+		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted, purged atomic.Int64
 	}
 }
 
@@ -122,6 +135,15 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.StuckAfter <= cfg.StepTimeout {
 		return nil, fmt.Errorf("scheduler: stuck after %s is at or below the workers' step timeout %s: a step still running would be published again beside itself; set StuckAfter (--stuck-after) above StepTimeout (--step-timeout, the workers' longest)", cfg.StuckAfter, cfg.StepTimeout)
 	}
+	if cfg.Retention < 0 || cfg.TombstoneRetention < 0 || cfg.PurgeRate < 0 {
+		return nil, errors.New("scheduler: Retention, TombstoneRetention and PurgeRate must not be negative")
+	}
+	if cfg.TombstoneRetention == 0 {
+		cfg.TombstoneRetention = DefaultTombstoneRetention
+	}
+	if cfg.PurgeRate == 0 {
+		cfg.PurgeRate = DefaultPurgeRate
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -137,7 +159,7 @@ func (s *Scheduler) Stats() Stats {
 	return Stats{
 		Claimed: s.c.claimed.Load(), Rejected: s.c.rejected.Load(), Escalated: s.c.escalated.Load(),
 		Reminded: s.c.reminded.Load(), Woke: s.c.woke.Load(), Repaired: s.c.repaired.Load(),
-		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(), BlobsDeleted: s.c.blobsDeleted.Load(),
+		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(), BlobsDeleted: s.c.blobsDeleted.Load(), Purged: s.c.purged.Load(),
 	}
 }
 
@@ -164,6 +186,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			// rolling upgrade: one batch a pass.
 			s.BackfillIndex(ctx, 1)
 			s.Repair(ctx)
+			if res := s.Purge(ctx); res.Purged > 0 || res.Kept > 0 {
+				s.log.Info().Int("purged", res.Purged).Int("kept", res.Kept).Int("raced", res.Raced).Dur("retention", s.cfg.Retention).Msg("ended runs purged")
+			}
 		}
 	}()
 	if s.cfg.BlobRetention > 0 {

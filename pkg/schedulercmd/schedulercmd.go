@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -85,6 +87,31 @@ type options struct {
 	metricsAddr                       string
 	fleetEvery, stuckMin, ttlGrace    time.Duration
 	stepTimeout                       time.Duration
+	runRetention, tombstones          Days
+}
+
+// Days is a duration flag (flag.Value) that also takes whole days
+// ("30d"), as --retention does.
+type Days time.Duration
+
+func (d *Days) String() string { return time.Duration(*d).String() }
+
+// Set parses a Go duration or whole days; negative is refused.
+func (d *Days) Set(v string) error {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		i, err := strconv.Atoi(n)
+		if err != nil || i < 0 {
+			return fmt.Errorf("%q: want a Go duration (720h) or whole days (30d)", v)
+		}
+		*d = Days(time.Duration(i) * 24 * time.Hour)
+		return nil
+	}
+	dur, err := time.ParseDuration(v)
+	if err != nil || dur < 0 {
+		return fmt.Errorf("%q: want a Go duration (720h) or whole days (30d)", v)
+	}
+	*d = Days(dur)
+	return nil
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -97,6 +124,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "how long a claimed deadline is hidden from other schedulers")
 	fs.IntVar(&o.parallel, "parallel", 1024, "expired waits handled at once, in claims of up to 256")
 	fs.DurationVar(&o.retention, "blob-retention", 7*24*time.Hour, "delete the blobs of runs that ended this long ago (0: keep them); keep it longer than you may redrive a dead run")
+	o.runRetention, o.tombstones = Days(scheduler.DefaultRetention), Days(scheduler.DefaultTombstoneRetention)
+	if v := os.Getenv("DURABLE_RETENTION"); v != "" {
+		if err := o.runRetention.Set(v); err != nil {
+			return nil, service.Usagef("scheduler: DURABLE_RETENTION %v", err)
+		}
+	}
+	fs.Var(&o.runRetention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone; default 30d, or DURABLE_RETENTION")
+	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
 	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
 	fs.DurationVar(&o.stuckMin, "stuck-min", time.Minute, "with --metrics: least time without progress that counts a running run as stuck (the threshold is 10x its step's p95, at least this)")
@@ -177,7 +212,8 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*scheduler.Scheduler, error) {
-	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, StepTimeout: r.o.stepTimeout, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log}
+	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, StepTimeout: r.o.stepTimeout, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log,
+		Retention: time.Duration(r.o.runRetention), TombstoneRetention: time.Duration(r.o.tombstones)}
 	if r.o.retention > 0 {
 		blobs, err := r.o.conn.OpenBlobs(ctx, s)
 		if err != nil {

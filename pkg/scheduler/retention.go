@@ -1,0 +1,170 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// Retention defaults.
+const (
+	// DefaultRetention is how long the scheduler command keeps an ended
+	// run (--retention).
+	DefaultRetention = 30 * 24 * time.Hour
+	// DefaultTombstoneRetention is how long a purged run's tombstone
+	// keeps its id taken (--tombstone-retention).
+	DefaultTombstoneRetention = 400 * 24 * time.Hour
+	// DefaultPurgeRate bounds the runs one scheduler purges a second.
+	DefaultPurgeRate = 5000
+)
+
+// purgeBatch is how many ended runs one pass reads and purges at once.
+const purgeBatch = 500
+
+// purgeParallel bounds the purges under way at once in a batch.
+const purgeParallel = 32
+
+// PurgeResult counts what one Purge pass did.
+type PurgeResult struct {
+	Purged int // runs purged
+	Kept   int // ended before the cutoff but kept: a live parent or child, a dead letter still in the DLQ
+	Raced  int // changed or purged by another scheduler while this one read them
+}
+
+// Purge purges, in batches, the runs that ended more than
+// Config.Retention ago (checkpoint.Retention), until none is left or
+// ctx ends, at most Config.PurgeRate a second. It keeps a run whose
+// parent is live, one with a live child, and a dead run whose letter is
+// still in the dead-letter stream. Several schedulers may purge at once:
+// a purge is a compare-and-set on the run's revision, so each run is
+// purged once; the others count it as raced.
+func (s *Scheduler) Purge(ctx context.Context) PurgeResult {
+	var res PurgeResult
+	r, ok := s.store.(checkpoint.Retention)
+	if !ok || s.cfg.Retention <= 0 {
+		return res
+	}
+	cutoff := s.cfg.Now().Add(-s.cfg.Retention)
+	skip := map[string]bool{} // kept this pass: not asked again
+	for ctx.Err() == nil {
+		began := time.Now()
+		runs, err := r.EndedBefore(ctx, cutoff, purgeBatch+len(skip))
+		if err != nil {
+			s.c.errors.Add(1)
+			s.log.Warn().Err(err).Msg("retention: list ended runs")
+			return res
+		}
+		var todo []checkpoint.Run
+		for _, run := range runs {
+			if !skip[run.ID] {
+				todo = append(todo, run)
+			}
+		}
+		if len(todo) == 0 {
+			return res
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, purgeParallel)
+		for _, run := range todo {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				outcome := s.purgeOne(ctx, r, run)
+				mu.Lock()
+				defer mu.Unlock()
+				switch outcome {
+				case purged:
+					res.Purged++
+					s.c.purged.Add(1)
+				case kept:
+					res.Kept++
+					skip[run.ID] = true
+				case raced:
+					res.Raced++
+				case failed:
+					skip[run.ID] = true
+				}
+			}()
+		}
+		wg.Wait()
+		// Pace: no faster than PurgeRate, so that the store serves the
+		// live work first.
+		if pace := time.Duration(len(todo)) * time.Second / time.Duration(s.cfg.PurgeRate); time.Since(began) < pace {
+			select {
+			case <-ctx.Done():
+			case <-time.After(pace - time.Since(began)):
+			}
+		}
+	}
+	return res
+}
+
+type purgeOutcome int
+
+const (
+	purged purgeOutcome = iota
+	kept
+	raced
+	failed
+)
+
+func (s *Scheduler) purgeOne(ctx context.Context, r checkpoint.Retention, run checkpoint.Run) purgeOutcome {
+	if keep, why := s.mustKeep(ctx, run); keep {
+		if why != "" {
+			s.log.Debug().Str("run_id", run.ID).Str("why", why).Msg("retention: ended run kept")
+		}
+		return kept
+	}
+	err := r.Purge(ctx, run, s.cfg.TombstoneRetention)
+	switch {
+	case err == nil:
+		return purged
+	case errors.Is(err, checkpoint.ErrConflict), errors.Is(err, checkpoint.ErrNotFound):
+		return raced
+	}
+	if ctx.Err() == nil {
+		s.c.errors.Add(1)
+		s.log.Warn().Err(err).Str("run_id", run.ID).Msg("retention: purge")
+	}
+	return failed
+}
+
+// mustKeep says whether an ended run must stay, and why.
+func (s *Scheduler) mustKeep(ctx context.Context, run checkpoint.Run) (bool, string) {
+	if run.Parent != nil {
+		parent, err := s.store.GetRun(ctx, run.Parent.RunID)
+		if err == nil && !parent.Status.Terminal() {
+			return true, "its parent " + parent.ID + " is " + string(parent.Status)
+		}
+		if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+			return true, ""
+		}
+	}
+	cps, err := s.store.Checkpoints(ctx, run.ID)
+	if err != nil {
+		return true, ""
+	}
+	for _, cp := range cps {
+		for _, ch := range cp.Children {
+			child, err := s.store.GetRun(ctx, ch.ID)
+			if err == nil && !child.Status.Terminal() {
+				return true, "its child " + child.ID + " is " + string(child.Status)
+			}
+			if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
+				return true, ""
+			}
+		}
+	}
+	if run.Status == checkpoint.StatusDead {
+		in, err := s.cfg.Client.InDeadLetters(ctx, run)
+		if err != nil || in {
+			return true, "its dead letter is in the dead-letter stream"
+		}
+	}
+	return false, ""
+}
