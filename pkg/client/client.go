@@ -137,7 +137,12 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		Trace: traceparent(ctx),
 	}
 	stored, err := c.store.CreateRun(ctx, run)
+	var purged *checkpoint.PurgedError
 	switch {
+	case errors.As(err, &purged):
+		// Its tombstone keeps the id taken: a key derived from it is
+		// never presented for a second run.
+		return stored, false, fmt.Errorf("run %s: %w: %w; choose another id", req.RunID, ErrRunIDTaken, purged)
 	case errors.Is(err, checkpoint.ErrRunExists):
 		if stored.Workflow != run.Workflow || !jsonEqual(stored.Input, run.Input) || !sameParent(stored.Parent, req.Parent) {
 			return stored, false, fmt.Errorf("run %s: %w (workflow %s, started %s%s); choose another id", req.RunID, ErrRunIDTaken, stored.Workflow, stored.CreatedAt.Format(time.RFC3339), parentNote(stored.Parent))

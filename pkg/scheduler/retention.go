@@ -146,6 +146,9 @@ func (s *Scheduler) mustKeep(ctx context.Context, run checkpoint.Run) (bool, str
 		}
 	}
 	cps, err := s.store.Checkpoints(ctx, run.ID)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return false, "" // purged by another scheduler: Purge says so
+	}
 	if err != nil {
 		return true, ""
 	}
