@@ -81,6 +81,9 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if !next.IsZero() {
 		defer fmt.Fprintf(stderr, "more runs: add --cursor %s\n", next)
 	}
+	if sums == nil {
+		sums = []client.RunSummary{} // JSON [] for no runs
+	}
 	if *asJSON {
 		return writeJSON(stdout, sums)
 	}

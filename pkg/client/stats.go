@@ -206,12 +206,11 @@ func (o StatsOptions) withDefaults() StatsOptions {
 	return o
 }
 
-// addRuns counts the figures taken from run records, over every run.
+// addRuns counts the figures taken from run records, over the runs read.
 func (st *Stats) addRuns(runs []checkpoint.Run, o StatsOptions) {
 	mismatch := steps.ErrJournalMismatch.Error()
 	completed := 0
 	for _, r := range runs {
-		st.ByStatus[r.Status]++
 		switch {
 		case r.Status == checkpoint.StatusCompleted:
 			completed++
