@@ -33,7 +33,11 @@ type Options struct {
 //	<prefix>:{R}:blobs    hash: hex SHA-256 -> a payload or reason kept apart
 //	<prefix>:{R}:cp:<n>:bits  string: bitmap of the fan-out's committed branches
 //	<prefix>:{R}:cp:<n>:spend string: what those branches spent (INCRBYFLOAT)
-//	<prefix>:runs         zset: run id scored by creation time (unix ms)
+//	<prefix>:ix{k}:…      the run index, shard k = crc32(R) mod 16 (index.go);
+//	                      the run hash's field st is its status there, its
+//	                      field tomb the tombstone of a purged run (purge.go)
+//	<prefix>:runs         zset of every run id, by creation: written by the
+//	                      release before the index, drained by BackfillIndex
 //	<prefix>:workflows    hash: "name@version" -> workflow JSON
 //	<prefix>:due          zset: deadline index, run id scored by due time or,
 //	                      while claimed, by the end of the lease (unix ms)
