@@ -59,16 +59,6 @@ func (b *batcher) tx(ctx context.Context, commands ...[]any) *redis.Cmd {
 	return b.do(ctx, &scriptCall{multi: commands, done: make(chan struct{})})
 }
 
-// runWith evaluates script as run does and sends command args in the same
-// pipeline (a Cluster client routes each by its key): two writes of
-// different slots for one round trip.
-func (b *batcher) runWith(ctx context.Context, script *redis.Script, keys []string, scriptArgs []any, args ...any) (scriptCmd, cmd *redis.Cmd) {
-	cmds := b.doAll(ctx,
-		&scriptCall{script: script, keys: keys, args: scriptArgs, done: make(chan struct{})},
-		&scriptCall{args: args, done: make(chan struct{})})
-	return cmds[0], cmds[1]
-}
-
 // command runs one plain command, sharing a pipeline with the calls made
 // at the same time (a Cluster client's pipeline routes it by its key).
 func (b *batcher) command(ctx context.Context, args ...any) *redis.Cmd {
