@@ -80,6 +80,12 @@ type fleetSnapshot struct {
 	dlq       float64
 	jsScanned bool // dlq and consumers were read
 	consumers map[string]jetstream.ConsumerInfo
+	// retention: the store offers checkpoint.Retention, so tombstones
+	// and oldestEnded (seconds since the oldest ended run kept ended;
+	// 0 with none) were read.
+	retention   bool
+	tombstones  int64
+	oldestEnded float64
 }
 
 // NewFleet validates cfg and registers the fleet gauges on m.
@@ -202,6 +208,12 @@ func (f *Fleet) Scan(ctx context.Context) error {
 				}
 				s.pastTTL[[2]string{r.Workflow, kind}]++
 			}
+		}
+	}
+	if r, ok := store.(checkpoint.Retention); ok {
+		if err := s.readRetention(ctx, r, now); err != nil {
+			f.scanErrs.Inc()
+			return err
 		}
 	}
 	f.sampleDurations(ctx, store, running)
@@ -335,6 +347,8 @@ var (
 	descPending   = prometheus.NewDesc("durable_consumer_pending_messages", "Step messages not yet delivered to a worker, by consumer.", []string{"consumer"}, nil)
 	descAckPend   = prometheus.NewDesc("durable_consumer_ack_pending_messages", "Step messages delivered and not yet acknowledged, by consumer.", []string{"consumer"}, nil)
 	descRedeliv   = prometheus.NewDesc("durable_consumer_redelivered_messages", "Unacknowledged step messages delivered more than once, by consumer.", []string{"consumer"}, nil)
+	descTombs     = prometheus.NewDesc("durable_run_tombstones", "Tombstones of purged runs kept (each keeps its run id taken for the tombstone retention).", nil, nil)
+	descOldestEnd = prometheus.NewDesc("durable_oldest_ended_run_age_seconds", "Time since the oldest ended run the store keeps ended: above the scheduler's --retention, the purge is behind or keeps runs (a dead letter in the DLQ, a live parent or child). 0 with none.", nil, nil)
 	descScanAt    = prometheus.NewDesc("durable_fleet_scan_timestamp_seconds", "When the last good fleet scan ran (Unix time).", nil, nil)
 	descScanTook  = prometheus.NewDesc("durable_fleet_scan_duration_seconds", "How long the last good fleet scan took.", nil, nil)
 )
@@ -343,7 +357,7 @@ var statuses = []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWa
 
 // Describe implements prometheus.Collector.
 func (f *Fleet) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRuns, descStuck, descOldest, descThreshold, descPastTTL, descDLQ, descPending, descAckPend, descRedeliv, descScanAt, descScanTook} {
+	for _, d := range []*prometheus.Desc{descRuns, descStuck, descOldest, descThreshold, descPastTTL, descDLQ, descPending, descAckPend, descRedeliv, descTombs, descOldestEnd, descScanAt, descScanTook} {
 		ch <- d
 	}
 }
@@ -382,6 +396,28 @@ func (f *Fleet) Collect(ch chan<- prometheus.Metric) {
 		gauge(descAckPend, float64(c.NumAckPending), name)
 		gauge(descRedeliv, float64(c.NumRedelivered), name)
 	}
+	if s.retention {
+		gauge(descTombs, float64(s.tombstones))
+		gauge(descOldestEnd, s.oldestEnded)
+	}
 	gauge(descScanAt, float64(s.at.UnixMilli())/1000)
 	gauge(descScanTook, s.took.Seconds())
+}
+
+// readRetention reads the tombstones kept and the oldest ended run: one
+// entry of the index of ended runs, not the runs.
+func (s *fleetSnapshot) readRetention(ctx context.Context, r checkpoint.Retention, now time.Time) error {
+	n, err := r.Tombstones(ctx)
+	if err != nil {
+		return err
+	}
+	oldest, err := r.EndedBefore(ctx, now, 1)
+	if err != nil {
+		return err
+	}
+	s.retention, s.tombstones = true, n
+	if len(oldest) == 1 {
+		s.oldestEnded = max(0, now.Sub(oldest[0].UpdatedAt).Seconds())
+	}
+	return nil
 }

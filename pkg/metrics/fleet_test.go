@@ -60,6 +60,8 @@ func TestFleetGaugesAtZero(t *testing.T) {
 	s.want(t, `durable_consumer_pending_messages{consumer="steps-claim"}`, 0)
 	s.want(t, `durable_consumer_ack_pending_messages{consumer="steps-claim"}`, 0)
 	s.want(t, `durable_consumer_redelivered_messages{consumer="steps-claim"}`, 0)
+	s.want(t, `durable_run_tombstones`, 0)
+	s.want(t, `durable_oldest_ended_run_age_seconds`, 0)
 
 	// The same series rise: a run at step "pay" without progress for an
 	// hour is stuck.
@@ -77,5 +79,29 @@ func TestFleetGaugesAtZero(t *testing.T) {
 	s.want(t, `durable_runs_stuck{step="receive",workflow="claim"}`, 0)
 	if age := s[`durable_running_oldest_progress_age_seconds{step="pay",workflow="claim"}`]; age < 3500 {
 		t.Errorf("oldest progress age at pay = %v, want about 3600", age)
+	}
+
+	// An ended run two days old, and one purged: the retention gauges.
+	ended := time.Now().UTC().Add(-48 * time.Hour)
+	for _, id := range []string{"z-done", "z-purged"} {
+		if _, err := store.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "claim", Version: 1, Status: checkpoint.StatusCompleted,
+			Step: 2, StepName: "pay", CreatedAt: ended, UpdatedAt: ended}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	purged, err := store.GetRun(ctx, "z-purged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Purge(ctx, purged, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet.Scan(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = scrape(t, url)
+	s.want(t, `durable_run_tombstones`, 1)
+	if age := s[`durable_oldest_ended_run_age_seconds`]; age < 47*3600 || age > 49*3600 {
+		t.Errorf("oldest ended run age = %v s, want about 48h", age)
 	}
 }
