@@ -166,6 +166,11 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	view, err := s.cfg.Client.Inspect(r.Context(), id)
+	var purged *checkpoint.PurgedError
+	if errors.As(err, &purged) {
+		s.refuse(w, r, who.ID, id, http.StatusNotFound, CodeNotFound, purged.Error())
+		return
+	}
 	if errors.Is(err, client.ErrNotFound) {
 		s.refuse(w, r, who.ID, id, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no run %s", id))
 		return

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -189,6 +190,10 @@ func CheckpointBytes(cp checkpoint.Checkpoint) int {
 // delivery (one extra read per such step).
 func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	run, err := c.store.GetRun(ctx, id)
+	var purged *checkpoint.PurgedError
+	if errors.As(err, &purged) {
+		return RunView{}, purged // it says what the run was, and when it ended
+	}
 	if err != nil {
 		return RunView{}, fmt.Errorf("run %s: %w", id, err)
 	}

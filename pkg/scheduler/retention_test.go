@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,12 @@ func TestRetentionPurgesOnlyWhatItShould(t *testing.T) {
 			_, _, err = f.Client.Start(ctx, client.StartRequest{Workflow: "w", RunID: "old-done"})
 			if !errors.Is(err, client.ErrRunIDTaken) || !errors.Is(err, checkpoint.ErrPurged) {
 				t.Errorf("start of a purged id = %v, want ErrRunIDTaken and ErrPurged", err)
+			}
+			// runs show (Inspect) says when it ended and that it was purged.
+			_, err = f.Client.Inspect(ctx, "old-done")
+			var purgedErr *checkpoint.PurgedError
+			if !errors.As(err, &purgedErr) || !purgedErr.Tombstone.EndedAt.Equal(old.Truncate(time.Millisecond)) || !strings.Contains(err.Error(), "purged") {
+				t.Errorf("inspect of a purged run = %v, want its tombstone: ended %s, purged", err, old)
 			}
 		})
 	}
