@@ -150,6 +150,24 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 }
 
+// liveRuns reads the index's counters, which give every status, and the
+// live runs, the only ones a scan reads.
+func liveRuns(ctx context.Context, store checkpoint.Store) (checkpoint.RunCounts, []checkpoint.Run, error) {
+	counts, err := store.CountRuns(ctx)
+	if err != nil {
+		return counts, nil, err
+	}
+	var runs []checkpoint.Run
+	for _, st := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting} {
+		live, err := store.ListRuns(ctx, checkpoint.Filter{Status: st})
+		if err != nil {
+			return counts, nil, err
+		}
+		runs = append(runs, live...)
+	}
+	return counts, runs, nil
+}
+
 // Scan runs one pass and makes it what scrapes see.
 func (f *Fleet) Scan(ctx context.Context) error {
 	began := time.Now()
@@ -157,20 +175,10 @@ func (f *Fleet) Scan(ctx context.Context) error {
 	f.mu.Lock()
 	store, js := f.cfg.Store, f.cfg.JetStream
 	f.mu.Unlock()
-	// The counters give every status; only the live runs are read.
-	counts, err := store.CountRuns(ctx)
+	counts, runs, err := liveRuns(ctx, store)
 	if err != nil {
 		f.scanErrs.Inc()
 		return err
-	}
-	var runs []checkpoint.Run
-	for _, st := range []checkpoint.Status{checkpoint.StatusRunning, checkpoint.StatusWaiting} {
-		live, err := store.ListRuns(ctx, checkpoint.Filter{Status: st})
-		if err != nil {
-			f.scanErrs.Inc()
-			return err
-		}
-		runs = append(runs, live...)
 	}
 	s := &fleetSnapshot{at: now, runs: map[string]map[checkpoint.Status]int{}, stuck: map[stepKey]int{},
 		oldest: map[stepKey]float64{}, threshold: map[stepKey]float64{}, pastTTL: map[[2]string]int{}}
@@ -186,14 +194,7 @@ func (f *Fleet) Scan(ctx context.Context) error {
 			}
 		}
 	}
-	for wf, byStatus := range counts.Workflow {
-		if s.runs[wf] == nil {
-			s.runs[wf] = map[checkpoint.Status]int{}
-		}
-		for st, n := range byStatus {
-			s.runs[wf][st] = int(n)
-		}
-	}
+	s.addCounts(counts)
 	var running []checkpoint.Run
 	for _, r := range runs {
 		switch r.Status {
@@ -420,4 +421,16 @@ func (s *fleetSnapshot) readRetention(ctx context.Context, r checkpoint.Retentio
 		s.oldestEnded = max(0, now.Sub(oldest[0].UpdatedAt).Seconds())
 	}
 	return nil
+}
+
+// addCounts sets the runs per workflow and status from the index's counters.
+func (s *fleetSnapshot) addCounts(counts checkpoint.RunCounts) {
+	for wf, byStatus := range counts.Workflow {
+		if s.runs[wf] == nil {
+			s.runs[wf] = map[checkpoint.Status]int{}
+		}
+		for st, n := range byStatus {
+			s.runs[wf][st] = int(n)
+		}
+	}
 }

@@ -100,6 +100,15 @@ func TestChaos(t *testing.T) {
 	if rep.Report, err = check(cctx, e, runs, accepted); err != nil {
 		t.Fatalf("reading the stores: %v", err)
 	}
+	// The run index agrees with the records: the kills and Redis
+	// restarts fell between no record and its index entries.
+	problems, err := checkIndex(cctx, e)
+	if err != nil {
+		t.Fatalf("reading the run index: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("run index: %s", p)
+	}
 	rep.faults = map[string]int{}
 	for _, k := range []string{faultKillWorker, faultRestartNATS, faultRestartRedis, faultStopWorker, faultPauseRedis} {
 		rep.faults[k] = inj.count(k)

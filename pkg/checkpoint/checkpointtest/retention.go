@@ -61,6 +61,14 @@ func testRetention(t *testing.T, s checkpoint.Store) {
 		t.Errorf("EndedBefore(day 5, limit 1) = %q, %v; want end-b", ids(first), err)
 	}
 
+	testPurge(t, s, r, ended, live)
+}
+
+// testPurge purges ended[0] (refusing a live run and a stale revision
+// first), then ended[1] without a tombstone, and checks what is left.
+func testPurge(t *testing.T, s checkpoint.Store, r checkpoint.Retention, ended []checkpoint.Run, live checkpoint.Run) {
+	ctx := ctx(t)
+	day := func(n int) time.Time { return base.Add(time.Duration(n) * 24 * time.Hour) }
 	before, err := s.CountRuns(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +136,12 @@ func testRetention(t *testing.T, s checkpoint.Store) {
 		t.Errorf("Tombstones = %d, %v; want 1", n, err)
 	}
 
-	// Without a tombstone the id is free again.
-	free := ended[1]
+	testPurgeWithoutTombstone(t, s, r, ended[1])
+}
+
+// testPurgeWithoutTombstone: a purge that keeps no tombstone frees the id.
+func testPurgeWithoutTombstone(t *testing.T, s checkpoint.Store, r checkpoint.Retention, free checkpoint.Run) {
+	ctx := ctx(t)
 	if err := r.Purge(ctx, free, 0); err != nil {
 		t.Fatal(err)
 	}
