@@ -25,7 +25,7 @@ const (
 const purgeBatch = 500
 
 // purgeParallel bounds the purges under way at once in a batch.
-const purgeParallel = 32
+const purgeParallel = 128
 
 // PurgeResult counts what one Purge pass did.
 type PurgeResult struct {
@@ -145,6 +145,12 @@ func (s *Scheduler) mustKeep(ctx context.Context, run checkpoint.Run) (bool, str
 			return true, ""
 		}
 	}
+	// A parent waits for its children (StartChildren parks it until
+	// every one has ended), so only a cancel, whose cascade to the
+	// children may have failed, ends a parent beside live children.
+	if run.Status != checkpoint.StatusCancelled {
+		return s.inDeadLetters(ctx, run)
+	}
 	cps, err := s.store.Checkpoints(ctx, run.ID)
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		return false, "" // purged by another scheduler: Purge says so
@@ -163,11 +169,18 @@ func (s *Scheduler) mustKeep(ctx context.Context, run checkpoint.Run) (bool, str
 			}
 		}
 	}
-	if run.Status == checkpoint.StatusDead {
-		in, err := s.cfg.Client.InDeadLetters(ctx, run)
-		if err != nil || in {
-			return true, "its dead letter is in the dead-letter stream"
-		}
+	return false, ""
+}
+
+// inDeadLetters keeps a dead run whose letter is still in the
+// dead-letter stream: an operator may redrive it.
+func (s *Scheduler) inDeadLetters(ctx context.Context, run checkpoint.Run) (bool, string) {
+	if run.Status != checkpoint.StatusDead {
+		return false, ""
+	}
+	in, err := s.cfg.Client.InDeadLetters(ctx, run)
+	if err != nil || in {
+		return true, "its dead letter is in the dead-letter stream"
 	}
 	return false, ""
 }

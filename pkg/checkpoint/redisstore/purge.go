@@ -107,18 +107,14 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 	return out, nil
 }
 
-// Purge deletes run and every key stored under it (purgeKeys) in one
-// script, compare-and-set on run.Rev, leaving the tombstone.
+// Purge deletes run and every key stored under it in one script
+// (purgeScript), compare-and-set on run.Rev, leaving the tombstone.
 func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duration) error {
 	if err := readID(run.ID); err != nil {
 		return fmt.Errorf("purge run: %w", err)
 	}
 	if !run.Status.Terminal() {
 		return fmt.Errorf("purge run %s: it is %s, not ended", run.ID, run.Status)
-	}
-	keys, err := s.purgeKeys(ctx, run)
-	if err != nil {
-		return fmt.Errorf("purge run %s: %w", run.ID, err)
 	}
 	now := time.Now()
 	doc, err := json.Marshal(tombstone{Workflow: run.Workflow, Status: run.Status, Ended: run.UpdatedAt.UnixMilli(), Purged: now.UnixMilli()})
@@ -134,8 +130,8 @@ func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duratio
 	if !s.single {
 		argP = ""
 	}
-	code, err := s.batch.run(ctx, purgeScript, keys, strconv.FormatUint(run.Rev, 10), doc, keep.Milliseconds(),
-		argP, run.ID, run.Workflow, run.CreatedAt.UnixMilli(), until).Int64()
+	code, err := s.batch.run(ctx, purgeScript, []string{s.runKey(run.ID)}, strconv.FormatUint(run.Rev, 10), doc, keep.Milliseconds(),
+		argP, run.ID, run.Workflow, run.CreatedAt.UnixMilli(), until, s.tag(run.ID), run.Step+1).Int64()
 	if err != nil {
 		return fmt.Errorf("purge run %s: %w", run.ID, err)
 	}
@@ -153,39 +149,6 @@ func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duratio
 		}
 	}
 	return nil
-}
-
-// purgeKeys lists the keys stored under run besides its hash: for each
-// step up to the cursor (and one past it: a step that failed before it
-// committed), its checkpoint, journal and failures; for each fan-out, its
-// branches' and its join's bitmap and spend; the audit, approval and blob
-// logs; the liveness mark. Deleting a key that is not there is no harm.
-func (s *Store) purgeKeys(ctx context.Context, run checkpoint.Run) ([]string, error) {
-	cps, err := s.Checkpoints(ctx, run.ID)
-	if err != nil {
-		return nil, err
-	}
-	last := run.Step + 1
-	for _, cp := range cps {
-		last = max(last, cp.Step+1)
-	}
-	keys := []string{s.runKey(run.ID), s.auditKey(run.ID), s.approvalsKey(run.ID), s.blobsKey(run.ID), s.aliveKey(run.ID)}
-	for n := 1; n <= last; n++ {
-		k := s.stepKeys(run.ID, n, 0)
-		keys = append(keys, k.cp, k.journal, k.failures, k.failureCount)
-	}
-	for _, cp := range cps {
-		if cp.FanOut == nil {
-			continue
-		}
-		join := cp.Step + 1
-		keys = append(keys, s.bitsKey(run.ID, join), s.spendKey(run.ID, join))
-		for i := 1; i <= len(cp.FanOut.Branches); i++ {
-			k := s.stepKeys(run.ID, join, i)
-			keys = append(keys, k.cp, k.journal, k.failures, k.failureCount)
-		}
-	}
-	return keys, nil
 }
 
 // Tombstones counts the tombstones kept, dropping the expired from each

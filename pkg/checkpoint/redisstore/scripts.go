@@ -247,20 +247,43 @@ if old then return {1, old} end
 return 1
 `)
 
-// purgeScript deletes a run whose revision is still ARGV[1]: KEYS[2..]
-// and the run hash KEYS[1], which then holds the tombstone ARGV[2] for
-// ARGV[3] ms (none when 0), and its index entries: ARGV[4..8] are the
-// shard's prefix (empty in a Cluster: the caller drops them with
-// dropScript), id, workflow, created, and the tombstone's expiry (unix
-// ms). Reply: 1, or -1 when the run is gone, -3 when it moved, -4 when
-// it has not ended (its index status, st, is live).
+// purgeScript deletes a run whose revision is still ARGV[1] with every
+// key stored under it, which it names itself from ARGV[9], the prefix of
+// the run's keys (all in the run's slot): for each step up to the
+// highest of ARGV[10] (the cursor and one past it) and last_cp + 1, its
+// checkpoint, journal and failures; for each checkpoint with a fan-out,
+// its branches' and its join's bitmap and spend; the audit, approval and
+// blob logs and the liveness mark. The run hash KEYS[1] then holds the
+// tombstone ARGV[2] for ARGV[3] ms (none when 0); its index entries go:
+// ARGV[4..8] are the shard's prefix (empty in a Cluster: the caller drops
+// them with dropScript), id, workflow, created, and the tombstone's expiry
+// (unix ms). Reply: 1, or -1 when the run is gone, -3 when it moved, -4
+// when it has not ended (its index status, st, is live).
 var purgeScript = redis.NewScript(indexLua + `
-local cur = redis.call('HMGET', KEYS[1], 'rev', 'st', 'doc')
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'st', 'doc', 'last_cp')
 if not cur[1] or not cur[3] then return -1 end
 if cur[1] ~= ARGV[1] then return -3 end
 local st = cur[2] or ''
 if st == 'running' or st == 'waiting' then return -4 end
-for i = 2, #KEYS do redis.call('UNLINK', KEYS[i]) end
+local tag = ARGV[9]
+local last = math.max(tonumber(ARGV[10]), tonumber(cur[4] or '0') + 1)
+for n = 1, last do
+  local cp = tag .. 'cp:' .. n
+  local doc = redis.call('GET', cp)
+  if doc and string.find(doc, '"fan_out"', 1, true) then
+    local fan = cjson.decode(doc).fan_out
+    if type(fan) == 'table' and type(fan.branches) == 'table' then
+      local join = tag .. 'cp:' .. (n + 1)
+      for i = 1, #fan.branches do
+        local b = (n + 1) .. '.' .. i
+        redis.call('UNLINK', tag .. 'cp:' .. b, tag .. 'j:' .. b, tag .. 'f:' .. b, tag .. 'fc:' .. b)
+      end
+      redis.call('UNLINK', join .. ':bits', join .. ':spend')
+    end
+  end
+  redis.call('UNLINK', cp, tag .. 'j:' .. n, tag .. 'f:' .. n, tag .. 'fc:' .. n)
+end
+redis.call('UNLINK', tag .. 'audit', tag .. 'approvals', tag .. 'blobs', tag .. 'alive')
 redis.call('UNLINK', KEYS[1])
 if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[1], 'tomb', ARGV[2])
@@ -276,4 +299,19 @@ return 1
 var dropScript = redis.NewScript(indexLua + `
 drop(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 return 1
+`)
+
+// checkpointsScript reads every checkpoint of a run up to its highest
+// committed step: KEYS[1] the run hash, ARGV[1] the prefix of its
+// checkpoint keys (the keys are named in the script, all in the run's
+// slot). Reply: nil when the run is missing, else the documents of steps
+// 1..last_cp (nil where one is missing).
+var checkpointsScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp')
+if not cur[1] then return false end
+local last = tonumber(cur[2] or '0')
+if last < 1 then return {} end
+local keys = {}
+for n = 1, last do keys[n] = ARGV[1] .. n end
+return redis.call('MGET', unpack(keys))
 `)

@@ -307,35 +307,23 @@ func (s *Store) Checkpoint(ctx context.Context, id string, n int) (checkpoint.Ch
 	return cp, nil
 }
 
-// Checkpoints returns all checkpoints of run id in step order: one read of
-// the highest committed step, one MGET of every step up to it (all keys
+// Checkpoints returns all checkpoints of run id in step order, in one
+// script: the highest committed step, then every step up to it (all keys
 // share the run's slot). Steps missing below it are skipped.
 func (s *Store) Checkpoints(ctx context.Context, id string) ([]checkpoint.Checkpoint, error) {
 	if err := readID(id); err != nil {
 		return nil, fmt.Errorf("list checkpoints: %w", err)
 	}
-	vals, err := s.rdb.HMGet(ctx, s.runKey(id), "rev", "last_cp").Result()
-	if err != nil {
-		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
-	}
-	if vals[0] == nil {
+	res, err := s.batch.run(ctx, checkpointsScript, []string{s.runKey(id)}, s.tag(id)+"cp:").Result()
+	if errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("list checkpoints %s: %w", id, checkpoint.ErrNotFound)
 	}
-	lastStr, _, err := str(vals[1])
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
 	}
-	last, _ := strconv.Atoi(lastStr) // absent means none committed
-	if last < 1 {
-		return nil, nil
-	}
-	keys := make([]string, last)
-	for i := range keys {
-		keys[i] = s.cpKey(id, i+1)
-	}
-	docs, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("list checkpoints %s: %w", id, err)
+	docs, ok := res.([]any)
+	if !ok {
+		return nil, fmt.Errorf("list checkpoints %s: unexpected reply %T", id, res)
 	}
 	out := make([]checkpoint.Checkpoint, 0, len(docs))
 	for i, doc := range docs {

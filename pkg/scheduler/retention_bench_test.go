@@ -1,0 +1,69 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/internal/test/testfleet"
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/scheduler"
+)
+
+// BenchmarkPurge purges b.N ended runs of one step each (a checkpoint, a
+// journal) with one scheduler at an unbounded rate, and reports runs
+// purged a second: the issue asks for 5,000 or more per scheduler.
+//
+//	go test ./pkg/scheduler -run NONE -bench Purge -benchtime 20000x
+func BenchmarkPurge(b *testing.B) {
+	for _, kind := range testfleet.Kinds {
+		b.Run(kind, func(b *testing.B) {
+			f := testfleet.New(b, kind)
+			if _, ok := f.Store.(checkpoint.Retention); !ok {
+				b.Skipf("store %s does not offer retention yet", kind)
+			}
+			ctx := context.Background()
+			old := time.Now().Add(-40 * 24 * time.Hour)
+			var wg sync.WaitGroup
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < b.N; i += 16 {
+						id := fmt.Sprintf("done-%07d", i)
+						run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "w", Step: 1, Status: checkpoint.StatusRunning, CreatedAt: old, UpdatedAt: old})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := f.Store.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"}); err != nil {
+							b.Error(err)
+							return
+						}
+						run.Status, run.Step = checkpoint.StatusCompleted, 1
+						if _, err := f.Store.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, State: []byte(`{"claim":"0042","amount":1840}`)}); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			sch, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeRate: 1 << 30})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			began := time.Now()
+			res := sch.Purge(ctx)
+			took := time.Since(began)
+			b.StopTimer()
+			if res.Purged != b.N {
+				b.Fatalf("purged %d of %d: %+v", res.Purged, b.N, res)
+			}
+			b.ReportMetric(float64(res.Purged)/took.Seconds(), "runs/s")
+		})
+	}
+}
