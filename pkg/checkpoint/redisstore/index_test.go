@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -268,4 +269,48 @@ func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
 			t.Errorf("index %s still lists %s", k, id)
 		}
 	}
+}
+
+// EndedBefore returns exactly the earliest ended runs over every shard and
+// status, though it reads each shard's index a page at a time.
+func TestEndedBeforeEarliestOverShards(t *testing.T) {
+	client := startClient(t)
+	ctx := testCtx(t)
+	s := redisstore.New(client, redisstore.Options{Prefix: uniquePrefix()})
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	statuses := []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead}
+	const n = 300
+	var want []string
+	for i := range n {
+		// End times out of id order, several in one millisecond.
+		at := base.Add(time.Duration((i*7919)%n/3) * time.Millisecond)
+		id := fmt.Sprintf("e-%03d", i)
+		if _, err := s.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "w", Status: statuses[i%4], CreatedAt: at, UpdatedAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fmt.Sprintf("%013d %s", at.UnixMilli(), id))
+	}
+	slices.Sort(want)
+	for _, limit := range []int{1, 37, 299, 500} {
+		runs, err := s.EndedBefore(ctx, base.Add(time.Hour), limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range runs {
+			got = append(got, fmt.Sprintf("%013d %s", r.UpdatedAt.UnixMilli(), r.ID))
+		}
+		if w := want[:min(limit, n)]; !slices.Equal(got, w) {
+			t.Errorf("EndedBefore(limit %d) = %d runs, want the %d earliest: first difference at %d", limit, len(got), len(w), firstDiff(got, w))
+		}
+	}
+}
+
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

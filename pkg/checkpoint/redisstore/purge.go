@@ -48,9 +48,9 @@ func purgedError(id string, v any) error {
 	return &checkpoint.PurgedError{Tombstone: t.of(id)}
 }
 
-// EndedBefore reads, from each shard's index of each ended status, the
-// limit earliest entries before cutoff, merges them and reads the runs of
-// the earliest limit. One that is not ended any more (redriven) has its
+// EndedBefore merges the earliest entries before cutoff of each shard's
+// index of each ended status (earliest) and reads the runs of the
+// earliest limit. One that is not ended any more (redriven) has its
 // entries moved and is left out.
 func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([]checkpoint.Run, error) {
 	if limit < 1 {
@@ -62,30 +62,16 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 			ended = append(ended, st)
 		}
 	}
-	pipe := s.rdb.Pipeline()
-	var cmds []*redis.ZSliceCmd
+	var zsets []string
 	for k := range indexShards {
 		for _, st := range ended {
-			cmds = append(cmds, pipe.ZRangeByScoreWithScores(ctx, s.indexKey(k, st, ""), &redis.ZRangeBy{
-				Min: "-inf", Max: "(" + strconv.FormatInt(cutoff.UnixMilli(), 10), Count: int64(limit),
-			}))
+			zsets = append(zsets, s.indexKey(k, st, ""))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	keys, err := s.earliest(ctx, zsets, "("+strconv.FormatInt(cutoff.UnixMilli(), 10), limit)
+	if err != nil {
 		return nil, fmt.Errorf("ended runs: %w", err)
 	}
-	var keys []checkpoint.RunKey
-	for _, cmd := range cmds {
-		for _, z := range cmd.Val() {
-			keys = append(keys, checkpoint.RunKey{At: time.UnixMilli(int64(z.Score)), ID: z.Member.(string)})
-		}
-	}
-	slices.SortFunc(keys, func(a, b checkpoint.RunKey) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
 	ids := make([]string, 0, min(limit, len(keys)))
 	for _, k := range keys[:min(limit, len(keys))] {
 		ids = append(ids, k.ID)
@@ -169,4 +155,56 @@ func (s *Store) Tombstones(ctx context.Context) (int64, error) {
 		n += c.Val()
 	}
 	return n, nil
+}
+
+// earliest returns the limit earliest entries scored below max over
+// zsets, in order. It reads each zset a page at a time, a page being a
+// fair share of limit, and reads on only in the zsets whose page ended
+// before the limit-th entry of the merge so far: what it fetches is
+// about limit, not limit for each zset.
+func (s *Store) earliest(ctx context.Context, zsets []string, max string, limit int) ([]checkpoint.RunKey, error) {
+	page := limit/len(zsets) + 8
+	offset := make([]int, len(zsets))
+	open := make([]bool, len(zsets)) // the last page was full: more may follow
+	last := make([]float64, len(zsets))
+	var keys []checkpoint.RunKey
+	todo := make([]int, len(zsets))
+	for i := range todo {
+		todo[i] = i
+	}
+	for len(todo) > 0 {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.ZSliceCmd, len(todo))
+		for j, i := range todo {
+			cmds[j] = pipe.ZRangeByScoreWithScores(ctx, zsets[i], &redis.ZRangeBy{Min: "-inf", Max: max, Offset: int64(offset[i]), Count: int64(page)})
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		for j, i := range todo {
+			zs := cmds[j].Val()
+			for _, z := range zs {
+				keys = append(keys, checkpoint.RunKey{At: time.UnixMilli(int64(z.Score)), ID: z.Member.(string)})
+				last[i] = z.Score
+			}
+			offset[i] += len(zs)
+			open[i] = len(zs) == page
+		}
+		slices.SortFunc(keys, func(a, b checkpoint.RunKey) int {
+			if c := a.At.Compare(b.At); c != 0 {
+				return c
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		keys = keys[:min(limit, len(keys))]
+		// Read on in a zset whose next entries may come before the
+		// limit-th entry (or while there are fewer than limit).
+		todo = todo[:0]
+		for i := range zsets {
+			if open[i] && (len(keys) < limit || last[i] <= float64(keys[len(keys)-1].At.UnixMilli())) {
+				todo = append(todo, i)
+			}
+		}
+	}
+	return keys, nil
 }
