@@ -47,10 +47,13 @@ const (
 
 const (
 	// historyRounds of each measure; every figure is their median.
-	historyRounds = 15
+	historyRounds = 31
 	// historyStartsPerRound runs started one at a time per round (and
 	// cancelled after it, so that the live work stays what it was).
-	historyStartsPerRound = 40
+	historyStartsPerRound = 10
+	// historyQuickReps: the figures of a millisecond (a page of runs) are
+	// taken this many times per round.
+	historyQuickReps = 5
 	// historyPageLimit is the page the runs page and GET /api/runs ask for.
 	historyPageLimit = 50
 	// historyFillConcurrency is how many ended runs are written at once.
@@ -137,7 +140,8 @@ type RunFootprint struct {
 }
 
 // HistoryFigures are one measure of a store: each the median of the
-// rounds, the start p50 over every start of them.
+// rounds (of historyQuickReps per round for a page of runs), the start p50
+// over every start of them.
 type HistoryFigures struct {
 	// RepairMS: one scheduler.Repair pass.
 	RepairMS float64 `json:"repair_ms"`
