@@ -65,7 +65,7 @@ func TestHistoryPhase(t *testing.T) {
 	if fields["bytes_per_tombstone"] != "na" {
 		t.Errorf("bytes_per_tombstone=%q before purge exists: %q", fields["bytes_per_tombstone"], line)
 	}
-	for _, k := range []string{"repair_ms", "list_page_ms", "gauges_ms", "start_p50_ms", "worst_ratio_to_empty", "bytes_per_ended_run", "runs_list_ms", "api_runs_ms"} {
+	for _, k := range []string{"repair_ms", "list_page_ms", "gauges_ms", "start_p50_ms", "worst_ratio_to_empty", "bytes_per_ended_run", "runs_list_ms", "api_runs_ms", "worst_ratio_to_twin"} {
 		v, err := strconv.ParseFloat(fields[k], 64)
 		if err != nil || v <= 0 {
 			t.Errorf("%s=%q in %q: want a positive number", k, fields[k], line)

@@ -102,27 +102,27 @@ func (s *historySamples) figures() HistoryFigures {
 }
 
 // measure takes the figures of the measured store as it is, and of its
-// twin in the same rounds: a round of each not counted, then
-// historyRounds rounds of each, the two stores in turn, each first in
-// every other round.
+// twin in the same rounds: a round not counted, then historyRounds
+// rounds. A round takes each figure of one store right after the same
+// figure of the other, each store first in every other round, so that
+// the two see the same load.
 func (h *historyPhase) measure(ctx context.Context, what string) (main, twin HistoryFigures, err error) {
 	runtime.GC() // what an earlier step left is not the scan's
 	var ms, ts historySamples
 	for r := -1; r < historyRounds; r++ {
-		sm, st := &ms, &ts
+		pair := []*historyStore{h.main, h.twin}
+		samples := map[*historyStore]*historySamples{h.main: &ms, h.twin: &ts}
 		if r < 0 {
-			sm, st = &historySamples{}, &historySamples{}
-		}
-		order := []func() error{
-			func() error { return h.main.round(ctx, sm) },
-			func() error { return h.twin.round(ctx, st) },
+			samples = map[*historyStore]*historySamples{h.main: {}, h.twin: {}}
 		}
 		if r%2 != 0 {
-			order[0], order[1] = order[1], order[0]
+			pair[0], pair[1] = pair[1], pair[0]
 		}
-		for _, round := range order {
-			if err := round(); err != nil {
-				return main, twin, fmt.Errorf("%s, %s: %w", h.label, what, err)
+		for _, figure := range historyFigures {
+			for _, s := range pair {
+				if err := figure(s, ctx, samples[s]); err != nil {
+					return main, twin, fmt.Errorf("%s, %s: %w", h.label, what, err)
+				}
 			}
 		}
 	}
@@ -132,11 +132,14 @@ func (h *historyPhase) measure(ctx context.Context, what string) (main, twin His
 	return main, twin, nil
 }
 
-// round times each figure of s once, and historyStartsPerRound starts,
-// whose runs it cancels after.
-func (s *historyStore) round(ctx context.Context, sm *historySamples) error {
+// historyFigures take, each, one figure of a store once in a round.
+var historyFigures = []func(s *historyStore, ctx context.Context, sm *historySamples) error{
+	(*historyStore).repair, (*historyStore).pages, (*historyStore).gauges, (*historyStore).runsList, (*historyStore).starts,
+}
+
+// repair times one repair pass.
+func (s *historyStore) repair(ctx context.Context, sm *historySamples) error {
 	in := s.inst
-	// The repair pass.
 	errs := in.sched.Stats().Errors
 	began := time.Now()
 	in.sched.Repair(ctx)
@@ -144,10 +147,14 @@ func (s *historyStore) round(ctx context.Context, sm *historySamples) error {
 	if n := in.sched.Stats().Errors - errs; n > 0 {
 		return fmt.Errorf("repair pass: %d errors; log %s", n, in.schedLog)
 	}
-	// The first page of runs, and the same through the approver: a
-	// millisecond each, so historyQuickReps of each per round.
+	return nil
+}
+
+// pages times the first page of runs, and the same through the approver:
+// a millisecond each, so historyQuickReps of each.
+func (s *historyStore) pages(ctx context.Context, sm *historySamples) error {
 	for range historyQuickReps {
-		began = time.Now()
+		began := time.Now()
 		page, err := s.cl.ListPage(ctx, client.ListFilter{}, historyPageLimit, checkpoint.RunKey{})
 		sm.page = append(sm.page, time.Since(began))
 		if err != nil {
@@ -160,21 +167,18 @@ func (s *historyStore) round(ctx context.Context, sm *historySamples) error {
 			return err
 		}
 	}
-	// The gauges.
-	if err := s.gauges(ctx, sm); err != nil {
-		return err
-	}
-	// `durable runs list --status waiting`.
-	began = time.Now()
+	return nil
+}
+
+// runsList times `durable runs list --status waiting --limit 0`.
+func (s *historyStore) runsList(ctx context.Context, sm *historySamples) error {
+	began := time.Now()
 	waiting, err := s.cl.List(ctx, client.ListFilter{Status: checkpoint.StatusWaiting})
 	sm.runsList = append(sm.runsList, time.Since(began))
 	if err != nil {
 		return fmt.Errorf("runs list: %w", err)
 	}
-	if err := checkRuns("runs list --status waiting", waiting, HistoryWaitingRuns); err != nil {
-		return err
-	}
-	return s.starts(ctx, sm)
+	return checkRuns("runs list --status waiting", waiting, HistoryWaitingRuns)
 }
 
 // apiRuns times GET /api/runs through the approver's handler.
