@@ -61,6 +61,12 @@ type Config struct {
 	// 1,000-branch run against one 1,000-step run); without it the phase
 	// runs after the claims-9 phases.
 	FanOutOnly bool
+	// History is N, the ended runs the history phase fills each of
+	// Stores with (beside HistoryWaitingRuns waiting and
+	// HistoryRunningRuns running); set, the phase runs alone (SkipFloor,
+	// Runs, LatencyRuns, Parked and FanOutOnly do not apply). 0 leaves it
+	// out.
+	History int
 	// Dir holds the servers' data and the worker logs. Default: a new
 	// temporary directory, removed at the end.
 	Dir string
@@ -117,6 +123,15 @@ func (c *Config) settle() error {
 	}
 	if c.ParkedOnly && c.FanOutOnly {
 		return errors.New("one phase alone at a time: parked or fanout")
+	}
+	if c.History < 0 {
+		return fmt.Errorf("history %d: give a number of ended runs, or 0 to leave the phase out", c.History)
+	}
+	if c.History > 0 {
+		if c.ParkedOnly || c.FanOutOnly {
+			return errors.New("the history phase runs alone: not with the parked or fanout phase")
+		}
+		c.SkipFloor, c.Parked = true, 0
 	}
 	if c.FanOutOnly {
 		c.SkipFloor, c.Parked = true, 0
@@ -275,6 +290,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer b.Close()
 	rep := b.report
 	rep.Started = began.UTC()
+	if b.cfg.History > 0 {
+		b.progress.linef("durable bench: history, %d ended runs beside %d waiting and %d running, on %s",
+			b.cfg.History, HistoryWaitingRuns, HistoryRunningRuns, strings.Join(b.Systems(), ", "))
+		if rep.History, err = b.History(ctx, b.cfg.History); err != nil {
+			return nil, err
+		}
+		rep.WallSeconds = time.Since(began).Seconds()
+		return &rep, nil
+	}
 	switch {
 	case cfg.ParkedOnly:
 		b.progress.linef("durable bench: waiting at scale only, %d runs parked on %s", b.cfg.Parked, SystemDurableRedis)

@@ -31,6 +31,8 @@ type Report struct {
 	// FanOut is the fan-out phase, when it ran: per store, one run of
 	// 1,000 branches against one run of 1,000 steps in line.
 	FanOut []FanOutResult `json:"fanout,omitempty"`
+	// History is the history phase, when it ran: per store.
+	History []HistoryResult `json:"history,omitempty"`
 }
 
 // Result is one system's figures.
@@ -122,6 +124,11 @@ func (r *Report) ResultLines() []string {
 	if p := r.Parked; p != nil && p.SweepSeconds > 0 {
 		out = append(out, fmt.Sprintf("RESULT system=%s phase=parked runs=%d sweep_waits_per_s=%.0f sweep_s=%.2f durability=%s", p.System, p.Runs, p.ExpiredPerS, p.SweepSeconds, r.Durability))
 	}
+	for _, h := range r.History {
+		if h.Error == "" {
+			out = append(out, h.resultLine(r.Durability))
+		}
+	}
 	return out
 }
 
@@ -157,6 +164,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		if err := r.Parked.writeText(&b); err != nil {
 			return err
 		}
+	}
+	if err := writeHistory(&b, r.History); err != nil {
+		return err
 	}
 	for _, l := range r.ResultLines() {
 		b.WriteString(l + "\n")

@@ -47,7 +47,7 @@ const readyLine = "ready"
 // garbage collection that returns freed memory to the OS) read from stdin
 // with a stats line on stdout (see workerStats).
 //
-//	bench-worker --mode durable|floor|floor-pipelined [--workload claims9|park] --nats URL [--redis URL] --concurrency N [--log-level L] [--stats]
+//	bench-worker --mode durable|floor|floor-pipelined [--workload claims9|park] --nats URL [--redis URL] [--store-name NAME] --concurrency N [--log-level L] [--stats]
 func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	o, err := parseWorkerFlags(args, stderr)
 	if err != nil {
@@ -101,10 +101,10 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 
 // workerOptions are the flags of `durable bench-worker`.
 type workerOptions struct {
-	mode, workload, natsURL, redisURL, cpuProfile string
-	stats                                         bool
-	concurrency                                   int
-	level                                         zerolog.Level
+	mode, workload, natsURL, redisURL, cpuProfile, storeName string
+	stats                                                    bool
+	concurrency                                              int
+	level                                                    zerolog.Level
 }
 
 func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
@@ -116,6 +116,7 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 	fs.BoolVar(&o.stats, "stats", false, "answer \"stats\" and \"stats gc\" lines on stdin with a stats line on stdout")
 	fs.StringVar(&o.natsURL, "nats", "", "NATS server URL (required)")
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
+	fs.StringVar(&o.storeName, "store-name", "", "durable's store: its Redis key prefix or its KV bucket (empty: the store's default, durable)")
 	fs.IntVar(&o.concurrency, "concurrency", 128, "steps in flight")
 	level := fs.String("log-level", "info", "zerolog level")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the process, from ready to exit, to `file`")
@@ -180,8 +181,8 @@ func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStre
 	var store checkpoint.Store
 	var err error
 	if rdb != nil {
-		store = redisstore.New(rdb, redisstore.Options{})
-	} else if store, err = kvstore.New(ctx, js, kvstore.Options{}); err != nil {
+		store = redisstore.New(rdb, redisstore.Options{Prefix: o.storeName})
+	} else if store, err = kvstore.New(ctx, js, kvstore.Options{Bucket: o.storeName}); err != nil {
 		return fmt.Errorf("open JetStream KV store: %w", err)
 	}
 	reg := Registry()

@@ -21,6 +21,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--only", "parked", "--store", "kv"}, "Redis store"},
 		{[]string{"--sweep-schedulers", "0"}, "--sweep-schedulers 0"},
 		{[]string{"--durability", "paranoid"}, `--durability "paranoid"`},
+		{[]string{"--history", "-5"}, "--history -5"},
+		{[]string{"--history", "1000", "--only", "fanout"}, "drop --only fanout"},
 	} {
 		var out, errb bytes.Buffer
 		code := cli.Main(append([]string{"bench"}, c.args...), &out, &errb)

@@ -46,7 +46,7 @@ Usage:
   durable token list --file FILE [--json]
   durable bench [--store redis|kv|all] [--runs W] [--latency-runs R] [--concurrency N] [--skip-floor]
                 [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--durability default|strict]
-                [--json] [--profile DIR]
+                [--history N] [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--step-timeout D] [--metrics ADDR]
   durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--step-timeout D] [--parallel N] [--blob-retention D] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
