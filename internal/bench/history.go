@@ -9,6 +9,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/scheduler"
 )
 
 // The history phase (issue 24) measures what the runs a store keeps after
@@ -128,6 +133,16 @@ type HistoryResult struct {
 	// purge exists (measurePurge).
 	PurgeRunsPerS     *float64 `json:"purge_runs_per_s,omitempty"`
 	BytesPerTombstone *float64 `json:"bytes_per_tombstone,omitempty"`
+	PurgeSeconds      float64  `json:"purge_s,omitempty"`
+	StoreBytesPurged  int64    `json:"store_bytes_purged,omitempty"`
+	// DuringPurge are the live work's figures taken while the purge ran
+	// (TwinDuringPurge the twin's, on the same servers); PurgeRatios
+	// divide them by Full, the same store just before.
+	DuringPurge      HistoryFigures     `json:"during_purge"`
+	TwinDuringPurge  HistoryFigures     `json:"twin_during_purge"`
+	PurgeRatios      map[string]float64 `json:"ratios_during_purge,omitempty"`
+	WorstPurgeRatio  float64            `json:"worst_ratio_during_purge,omitempty"`
+	WorstPurgeFigure string             `json:"worst_figure_during_purge,omitempty"`
 	PhaseSeconds      float64  `json:"phase_s"`
 	// Error is why the phase failed on this store; the other figures are
 	// then what it measured before.
@@ -239,13 +254,56 @@ func (b *Bench) historyOn(ctx context.Context, sys *system, n int) (*HistoryResu
 	return res, nil
 }
 
-// measurePurge is where the purge measure goes once purge exists (issue
-// 24's next slice): purge the N ended runs as `durable scheduler` does,
-// one scheduler, and set PurgeRunsPerS (bound HistoryPurgeBound) and
-// BytesPerTombstone (the store's bytes after the purge, less the empty
-// store's, per purged run). Until then it measures nothing, and the
-// RESULT line says bytes_per_tombstone=na.
-func (h *historyPhase) measurePurge(context.Context) error {
+// measurePurge purges the N ended runs as `durable scheduler
+// --retention` does, one scheduler, unpaced (PurgeRate unbounded: the
+// most it can take from the store), and meanwhile takes the figures of
+// the live work again: DuringPurge, against Full (the same store just
+// before) and TwinDuringPurge. It sets PurgeRunsPerS (bound
+// HistoryPurgeBound) and BytesPerTombstone (the store's bytes after the
+// purge, less the empty store's, per purged run). A store without
+// checkpoint.Retention is skipped: bytes_per_tombstone=na.
+func (h *historyPhase) measurePurge(ctx context.Context) error {
+	if _, ok := h.main.store.(checkpoint.Retention); !ok {
+		h.b.progress.linef("%-36s no purge: the store does not offer retention yet", h.label)
+		return nil
+	}
+	nop := zerolog.Nop()
+	// Every ended run was created before the live work began.
+	sch, err := scheduler.New(scheduler.Config{Client: h.main.cl, Retention: time.Since(h.liveSince) + time.Second,
+		PurgeRate: math.MaxInt32, Logger: &nop})
+	if err != nil {
+		return err
+	}
+	res := h.res
+	type purged struct {
+		scheduler.PurgeResult
+		took time.Duration
+	}
+	done := make(chan purged, 1)
+	began := time.Now()
+	go func() { r := sch.Purge(ctx); done <- purged{r, time.Since(began)} }()
+	res.DuringPurge, res.TwinDuringPurge, err = h.measure(ctx, "during the purge")
+	p := <-done
+	if err != nil {
+		return err
+	}
+	if p.Purged < res.EndedRuns {
+		return fmt.Errorf("%s: purged %d of %d ended runs (%d kept, %d raced)", h.label, p.Purged, res.EndedRuns, p.Kept, p.Raced)
+	}
+	rate := float64(p.Purged) / p.took.Seconds()
+	res.PurgeRunsPerS, res.PurgeSeconds = &rate, p.took.Seconds()
+	res.PurgeRatios, res.WorstPurgeRatio, res.WorstPurgeFigure = ratiosOf(res.DuringPurge, res.Full)
+	if err := h.settle(ctx); err != nil {
+		return err
+	}
+	after, err := h.storeBytes(ctx)
+	if err != nil {
+		return err
+	}
+	tomb := float64(after-res.StoreBytesEmpty) / float64(p.Purged)
+	res.StoreBytesPurged, res.BytesPerTombstone = after, &tomb
+	h.b.progress.linef("%-36s %d runs purged in %.1fs (%.0f/s); during it the worst figure was %.2fx (%s); %.0f bytes per tombstone",
+		h.label, p.Purged, p.took.Seconds(), rate, res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
 	return nil
 }
 
@@ -279,14 +337,17 @@ func ratiosOf(num, den HistoryFigures) (ratios map[string]float64, worst float64
 // resultLine is the RESULT line of issue 24: the figures with the N
 // ended runs, then those the issue's line leaves out.
 func (r *HistoryResult) resultLine(durability string) string {
-	tomb := "na"
+	tomb, purgeRate := "na", "na"
 	if r.BytesPerTombstone != nil {
 		tomb = fmt.Sprintf("%.0f", *r.BytesPerTombstone)
 	}
+	if r.PurgeRunsPerS != nil {
+		purgeRate = fmt.Sprintf("%.0f", *r.PurgeRunsPerS)
+	}
 	return fmt.Sprintf("RESULT system=%s phase=history ended_runs=%d repair_ms=%.2f list_page_ms=%.2f gauges_ms=%.2f start_p50_ms=%.3f worst_ratio_to_empty=%.2f bytes_per_ended_run=%.0f bytes_per_tombstone=%s"+
-		" runs_list_ms=%.2f api_runs_ms=%.2f worst_ratio_to_twin=%.2f fill=%s durability=%s",
+		" runs_list_ms=%.2f api_runs_ms=%.2f worst_ratio_to_twin=%.2f purge_runs_per_s=%s worst_ratio_during_purge=%.2f fill=%s durability=%s",
 		r.System, r.EndedRuns, r.Full.RepairMS, r.Full.ListPageMS, r.Full.GaugesMS, r.Full.StartP50MS, r.WorstRatio, r.BytesPerEndedRun, tomb,
-		r.Full.RunsListMS, r.Full.APIRunsMS, r.WorstTwinRatio, r.Fill, durability)
+		r.Full.RunsListMS, r.Full.APIRunsMS, r.WorstTwinRatio, purgeRate, r.WorstPurgeRatio, r.Fill, durability)
 }
 
 // Failures joins the errors of the phases that failed on a store while

@@ -13,7 +13,6 @@ import (
 
 	"github.com/durable-run/durable/internal/test/fleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/durable-run/durable/pkg/checkpoint/checkpointtest"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 )
 
@@ -131,9 +130,9 @@ func TestBackfillFromPreviousFormat(t *testing.T) {
 	}
 }
 
-// On a Redis Cluster the index entries move in a call of their own: the
-// conformance suite holds there too, and the index shards spread the
-// starts over every primary.
+// On a Redis Cluster the index entries move in a call of their own
+// (TestClusterConformance runs the suite there), and the index shards
+// spread the starts over every primary.
 func TestIndexOnCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: starts a Redis Cluster")
@@ -141,10 +140,6 @@ func TestIndexOnCluster(t *testing.T) {
 	cluster := fleet.StartRedisCluster(t, t.TempDir(), fleet.RedisClusterOptions{Primaries: 3})
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
 	t.Cleanup(func() { _ = client.Close() })
-	checkpointtest.Run(t, func(t *testing.T) checkpoint.Store {
-		return redisstore.New(client, redisstore.Options{Prefix: uniquePrefix()})
-	})
-
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	primaries, err := cluster.Primaries(ctx)

@@ -137,26 +137,48 @@ func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duratio
 	return nil
 }
 
-// Tombstones counts the tombstones kept, dropping the expired from each
-// shard's tombstone index first.
+// Tombstones counts the tombstones kept: each shard's counters hold how
+// many expire on each day ("t:<unix day>"), so the count is right to the
+// day (a tombstone expiring later today still counts), and a day's
+// counter past is deleted here. No entry per tombstone is kept besides
+// the tombstone itself.
 func (s *Store) Tombstones(ctx context.Context) (int64, error) {
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	today := time.Now().UnixMilli() / (24 * 3600 * 1000)
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, indexShards)
+	cmds := make([]*redis.MapStringStringCmd, indexShards)
 	for k := range indexShards {
-		pipe.ZRemRangeByScore(ctx, s.shardPrefix(k)+"t", "-inf", now)
-		cmds[k] = pipe.ZCard(ctx, s.shardPrefix(k)+"t")
+		cmds[k] = pipe.HGetAll(ctx, s.shardPrefix(k)+"n")
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("count tombstones: %w", err)
 	}
 	var n int64
-	for _, c := range cmds {
-		n += c.Val()
+	for k, cmd := range cmds {
+		var past []string
+		for field, v := range cmd.Val() {
+			day, ok := strings.CutPrefix(field, "t:")
+			if !ok {
+				continue
+			}
+			d, err := strconv.ParseInt(day, 10, 64)
+			c, cerr := strconv.ParseInt(v, 10, 64)
+			if err != nil || cerr != nil {
+				return 0, fmt.Errorf("count tombstones: counter %s = %q", field, v)
+			}
+			if d < today {
+				past = append(past, field)
+				continue
+			}
+			n += c
+		}
+		if len(past) > 0 {
+			if err := s.rdb.HDel(ctx, s.shardPrefix(k)+"n", past...).Err(); err != nil {
+				return 0, fmt.Errorf("count tombstones: %w", err)
+			}
+		}
 	}
 	return n, nil
 }
-
 // earliest returns the limit earliest entries scored below max over
 // zsets, in order. It reads each zset a page at a time, a page being a
 // fair share of limit, and reads on only in the zsets whose page ended

@@ -59,7 +59,9 @@ local function drop(p, id, wf, st, created, tombUntil)
   unindex(p, id, wf, st)
   redis.call('ZREM', p .. 'all', id)
   redis.call('ZREM', p .. 'w:' .. wf, id)
-  if tonumber(tombUntil) > 0 then redis.call('ZADD', p .. 't', tombUntil, id) end
+  -- Tombstones are counted by the day they expire (unix days).
+  local expires = tonumber(tombUntil)
+  if expires > 0 then redis.call('HINCRBY', p .. 'n', 't:' .. math.floor(expires / 86400000), 1) end
 end
 local function index(run, a)
   local new = ARGV[a + 2]
