@@ -143,7 +143,7 @@ type HistoryResult struct {
 	PurgeRatios      map[string]float64 `json:"ratios_during_purge,omitempty"`
 	WorstPurgeRatio  float64            `json:"worst_ratio_during_purge,omitempty"`
 	WorstPurgeFigure string             `json:"worst_figure_during_purge,omitempty"`
-	PhaseSeconds      float64  `json:"phase_s"`
+	PhaseSeconds     float64            `json:"phase_s"`
 	// Error is why the phase failed on this store; the other figures are
 	// then what it measured before.
 	Error string `json:"error,omitempty"`

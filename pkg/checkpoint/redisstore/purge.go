@@ -179,6 +179,7 @@ func (s *Store) Tombstones(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
 // earliest returns the limit earliest entries scored below max over
 // zsets, in order. It reads each zset a page at a time, a page being a
 // fair share of limit, and reads on only in the zsets whose page ended
