@@ -135,9 +135,10 @@ type HistoryResult struct {
 	BytesPerTombstone *float64 `json:"bytes_per_tombstone,omitempty"`
 	PurgeSeconds      float64  `json:"purge_s,omitempty"`
 	StoreBytesPurged  int64    `json:"store_bytes_purged,omitempty"`
-	// DuringPurge are the live work's figures taken while the purge ran
-	// (TwinDuringPurge the twin's, on the same servers); PurgeRatios
-	// divide them by Full, the same store just before.
+	// DuringPurge are the live work's figures taken while a purge at the
+	// scheduler's default pace ran (TwinDuringPurge the twin's, on the
+	// same servers); PurgeRatios divide them by Full, the same store just
+	// before. PurgeRunsPerS is the unpaced purge's rate.
 	DuringPurge      HistoryFigures     `json:"during_purge"`
 	TwinDuringPurge  HistoryFigures     `json:"twin_during_purge"`
 	PurgeRatios      map[string]float64 `json:"ratios_during_purge,omitempty"`
@@ -255,43 +256,42 @@ func (b *Bench) historyOn(ctx context.Context, sys *system, n int) (*HistoryResu
 }
 
 // measurePurge purges the N ended runs as `durable scheduler
-// --retention` does, one scheduler, unpaced (PurgeRate unbounded: the
-// most it can take from the store), and meanwhile takes the figures of
-// the live work again: DuringPurge, against Full (the same store just
-// before) and TwinDuringPurge. It sets PurgeRunsPerS (bound
-// HistoryPurgeBound) and BytesPerTombstone (the store's bytes after the
-// purge, less the empty store's, per purged run). A store without
-// checkpoint.Retention is skipped: bytes_per_tombstone=na.
+// --retention` does, one scheduler, in two halves. The older half
+// unpaced (PurgeRate unbounded): the most one scheduler takes from the
+// store, PurgeRunsPerS (bound HistoryPurgeBound). The newer half at the
+// scheduler's default pace (scheduler.DefaultPurgeRate) while the live
+// work's figures are taken again: DuringPurge, against Full (the same
+// store just before) and TwinDuringPurge. Then BytesPerTombstone: the
+// store's bytes after the purge, less the empty store's, per purged run.
+// A store without checkpoint.Retention is skipped: bytes_per_tombstone=na.
 func (h *historyPhase) measurePurge(ctx context.Context) error {
 	if _, ok := h.main.store.(checkpoint.Retention); !ok {
 		h.b.progress.linef("%-36s no purge: the store does not offer retention yet", h.label)
 		return nil
 	}
-	nop := zerolog.Nop()
-	// Every ended run was created before the live work began.
-	sch, err := scheduler.New(scheduler.Config{Client: h.main.cl, Retention: time.Since(h.liveSince) + time.Second,
-		PurgeRate: math.MaxInt32, Logger: &nop})
-	if err != nil {
-		return err
-	}
 	res := h.res
-	type purged struct {
-		scheduler.PurgeResult
-		took time.Duration
-	}
-	done := make(chan purged, 1)
-	began := time.Now()
-	go func() { r := sch.Purge(ctx); done <- purged{r, time.Since(began)} }()
-	res.DuringPurge, res.TwinDuringPurge, err = h.measure(ctx, "during the purge")
-	p := <-done
+	// The ended runs were created over historySpan before the live work.
+	older, err := h.purge(ctx, h.liveSince.Add(-historySpan/2), math.MaxInt32)
 	if err != nil {
 		return err
 	}
-	if p.Purged < res.EndedRuns {
-		return fmt.Errorf("%s: purged %d of %d ended runs (%d kept, %d raced)", h.label, p.Purged, res.EndedRuns, p.Kept, p.Raced)
+	rate := float64(older.Purged) / older.took.Seconds()
+	res.PurgeRunsPerS = &rate
+	done := make(chan purged, 1)
+	go func() {
+		p, err := h.purge(ctx, h.liveSince, scheduler.DefaultPurgeRate)
+		p.err = err
+		done <- p
+	}()
+	res.DuringPurge, res.TwinDuringPurge, err = h.measure(ctx, "during a paced purge")
+	newer := <-done
+	if err = errors.Join(err, newer.err); err != nil {
+		return err
 	}
-	rate := float64(p.Purged) / p.took.Seconds()
-	res.PurgeRunsPerS, res.PurgeSeconds = &rate, p.took.Seconds()
+	if all := older.Purged + newer.Purged; all < res.EndedRuns {
+		return fmt.Errorf("%s: purged %d of %d ended runs", h.label, all, res.EndedRuns)
+	}
+	res.PurgeSeconds = older.took.Seconds() + newer.took.Seconds()
 	res.PurgeRatios, res.WorstPurgeRatio, res.WorstPurgeFigure = ratiosOf(res.DuringPurge, res.Full)
 	if err := h.settle(ctx); err != nil {
 		return err
@@ -300,11 +300,31 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tomb := float64(after-res.StoreBytesEmpty) / float64(p.Purged)
+	tomb := float64(after-res.StoreBytesEmpty) / float64(res.EndedRuns)
 	res.StoreBytesPurged, res.BytesPerTombstone = after, &tomb
-	h.b.progress.linef("%-36s %d runs purged in %.1fs (%.0f/s); during it the worst figure was %.2fx (%s); %.0f bytes per tombstone",
-		h.label, p.Purged, p.took.Seconds(), rate, res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
+	h.b.progress.linef("%-36s %d runs purged unpaced in %.1fs (%.0f/s), %d at %d/s in %.1fs, during which the worst figure was %.2fx (%s); %.0f bytes per tombstone",
+		h.label, older.Purged, older.took.Seconds(), rate, newer.Purged, scheduler.DefaultPurgeRate, newer.took.Seconds(), res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
 	return nil
+}
+
+// purged is what one purge pass did, and how long it took.
+type purged struct {
+	scheduler.PurgeResult
+	took time.Duration
+	err  error
+}
+
+// purge purges, with one scheduler at rate, the measured store's runs
+// that ended before cutoff.
+func (h *historyPhase) purge(ctx context.Context, cutoff time.Time, rate int) (purged, error) {
+	nop := zerolog.Nop()
+	sch, err := scheduler.New(scheduler.Config{Client: h.main.cl, Retention: time.Since(cutoff), PurgeRate: rate, Logger: &nop})
+	if err != nil {
+		return purged{}, err
+	}
+	began := time.Now()
+	r := sch.Purge(ctx)
+	return purged{PurgeResult: r, took: time.Since(began)}, nil
 }
 
 // ratios sets the ratios of Full to Empty, of Full to TwinFull and of

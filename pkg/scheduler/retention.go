@@ -17,8 +17,11 @@ const (
 	// DefaultTombstoneRetention is how long a purged run's tombstone
 	// keeps its id taken (--tombstone-retention).
 	DefaultTombstoneRetention = 400 * 24 * time.Hour
-	// DefaultPurgeRate bounds the runs one scheduler purges a second.
-	DefaultPurgeRate = 5000
+	// DefaultPurgeRate bounds the runs one scheduler purges a second: a
+	// pace that keeps the purge's load on the store small beside the live
+	// work's (docs/performance.md measures both) and still ten times what
+	// a fleet finishing 100 runs a second ends.
+	DefaultPurgeRate = 1000
 )
 
 // purgeBatch is how many ended runs one pass reads and purges at once.

@@ -88,6 +88,7 @@ type options struct {
 	fleetEvery, stuckMin, ttlGrace    time.Duration
 	stepTimeout                       time.Duration
 	runRetention, tombstones          Days
+	purgeRate                         int
 }
 
 // Days is a duration flag (flag.Value) that also takes whole days
@@ -131,6 +132,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	fs.Var(&o.runRetention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone; default 30d, or DURABLE_RETENTION")
+	fs.IntVar(&o.purgeRate, "purge-rate", scheduler.DefaultPurgeRate, "purge at most this many ended runs a second")
 	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
 	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
@@ -157,6 +159,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.retention < 0 {
 		return nil, service.Usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", o.retention)
+	}
+	if o.purgeRate < 1 {
+		return nil, service.Usagef("scheduler: --purge-rate %d: want at least 1 run a second", o.purgeRate)
 	}
 	return o, nil
 }
@@ -213,7 +218,7 @@ func (r *runner) run(ctx context.Context) error {
 
 func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*scheduler.Scheduler, error) {
 	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, StepTimeout: r.o.stepTimeout, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log,
-		Retention: time.Duration(r.o.runRetention), TombstoneRetention: time.Duration(r.o.tombstones)}
+		Retention: time.Duration(r.o.runRetention), TombstoneRetention: time.Duration(r.o.tombstones), PurgeRate: r.o.purgeRate}
 	if r.o.retention > 0 {
 		blobs, err := r.o.conn.OpenBlobs(ctx, s)
 		if err != nil {

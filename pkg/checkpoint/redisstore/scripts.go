@@ -269,24 +269,33 @@ local st = cur[2] or ''
 if st == 'running' or st == 'waiting' then return -4 end
 local tag = ARGV[9]
 local last = math.max(tonumber(ARGV[10]), tonumber(cur[4] or '0') + 1)
+local keys = {KEYS[1], tag .. 'audit', tag .. 'approvals', tag .. 'blobs', tag .. 'alive'}
+local function gone(k)
+  keys[#keys + 1] = k
+  if #keys == 512 then
+    redis.call('UNLINK', unpack(keys))
+    keys = {}
+  end
+end
+local cps = {}
+for n = 1, last do cps[n] = tag .. 'cp:' .. n end
+local docs = redis.call('MGET', unpack(cps))
 for n = 1, last do
-  local cp = tag .. 'cp:' .. n
-  local doc = redis.call('GET', cp)
+  local doc = docs[n]
   if doc and string.find(doc, '"fan_out"', 1, true) then
     local fan = cjson.decode(doc).fan_out
     if type(fan) == 'table' and type(fan.branches) == 'table' then
       local join = tag .. 'cp:' .. (n + 1)
       for i = 1, #fan.branches do
         local b = (n + 1) .. '.' .. i
-        redis.call('UNLINK', tag .. 'cp:' .. b, tag .. 'j:' .. b, tag .. 'f:' .. b, tag .. 'fc:' .. b)
+        gone(tag .. 'cp:' .. b); gone(tag .. 'j:' .. b); gone(tag .. 'f:' .. b); gone(tag .. 'fc:' .. b)
       end
-      redis.call('UNLINK', join .. ':bits', join .. ':spend')
+      gone(join .. ':bits'); gone(join .. ':spend')
     end
   end
-  redis.call('UNLINK', cp, tag .. 'j:' .. n, tag .. 'f:' .. n, tag .. 'fc:' .. n)
+  gone(cps[n]); gone(tag .. 'j:' .. n); gone(tag .. 'f:' .. n); gone(tag .. 'fc:' .. n)
 end
-redis.call('UNLINK', tag .. 'audit', tag .. 'approvals', tag .. 'blobs', tag .. 'alive')
-redis.call('UNLINK', KEYS[1])
+if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
 if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[1], 'tomb', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
