@@ -639,8 +639,19 @@ type Store interface {
 	CreateRun(ctx context.Context, run Run) (Run, error)
 	// GetRun returns the run or ErrNotFound.
 	GetRun(ctx context.Context, id string) (Run, error)
-	// ListRuns returns the runs matching f, oldest first.
+	// ListRuns returns the runs matching f, oldest first. It reads the
+	// index, so it costs what the runs that match cost: a listing of live
+	// statuses (running, waiting) costs the live work; one of every run,
+	// or of an ended status, costs the history the store keeps. Listings
+	// for people page with PageRuns.
 	ListRuns(ctx context.Context, f Filter) ([]Run, error)
+	// PageRuns returns one page of the runs matching q, newest first (see
+	// RunKey): it reads the page's runs and index entries, whatever the
+	// store holds besides. An invalid query is refused (q.Validate).
+	PageRuns(ctx context.Context, q PageQuery) (RunPage, error)
+	// CountRuns reads the index's counters: runs per status, in all and
+	// per workflow, without reading any run.
+	CountRuns(ctx context.Context) (RunCounts, error)
 	// Load reads run id with checkpoints n and n-1 and the journal and
 	// failures of step n.
 	Load(ctx context.Context, id string, n int) (Snapshot, error)
