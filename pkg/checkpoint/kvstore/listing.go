@@ -548,7 +548,7 @@ var endedStatuses = []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.S
 // entry's key names its status and workflow), the ended ones as the
 // server counts the subjects of each listing by status and workflow
 // (countPrefix), without sending them (BenchmarkListLive/CountRuns:
-// about 0.2 µs an ended run on this project's test VM). A run that just left an ended
+// about 0.4 µs an ended run on this project's test VM). A run that just left an ended
 // status (a redriven dead run) is counted there too until the marker of
 // its removed entry expires, about a second.
 func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
