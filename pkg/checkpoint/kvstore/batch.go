@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -57,46 +58,52 @@ type batchAck struct {
 // commitBatch stores cp's document and run's as one atomic batch:
 //
 //  1. cp.<R>.<n>, expected last subject sequence 0 (no message at all),
-//  2. run.<R>, expected last subject sequence run.Rev, the commit.
+//  2. the run's new index entries and the markers that remove its old
+//     ones, when the commit changes its status (see plan),
+//  3. run.<R>, expected last subject sequence run.Rev, the commit.
 //
-// Both land or neither. When a check fails, one read of the checkpoint
-// key says which (see refusedBy); a checkpoint of an earlier generation,
-// or a delete marker, is written over by sending the batch again with
-// its sequence expected instead of 0.
-func (s *Store) commitBatch(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc, runDoc []byte) (checkpoint.Run, error) {
+// All land or none. When a check fails, one read of the checkpoint key
+// says which (see refusedBy); a checkpoint of an earlier generation, or
+// a delete marker, is written over by sending the batch again with its
+// sequence expected instead of 0.
+func (s *Store) commitBatch(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc []byte) (checkpoint.Run, error) {
 	key := cpKey(run.ID, cp.Step)
+	b, ok, err := s.loadBase(ctx, run.ID, run.Rev)
+	if err != nil {
+		return checkpoint.Run{}, err
+	}
+	if !ok {
+		// The run moved (or is missing): the batch would be refused.
+		_, err := s.refusedBy(ctx, key, cp.Gen, ^uint64(0), run.ID)
+		return checkpoint.Run{}, err
+	}
+	w := s.plan(b, run)
+	runDoc, err := encodeRun(run, w.ix)
+	if err != nil {
+		return checkpoint.Run{}, err
+	}
 	var cpRev uint64 // the checkpoint key's sequence the batch expects
-	transient := 0
 	for range maxSettleRetries {
-		ack, err := s.publishBatch(ctx, key, cpRev, cpDoc, runKey(run.ID), run.Rev, runDoc)
-		if errors.Is(err, nats.ErrNoResponders) && transient < batchRetries {
-			// No stream leader for the moment: nothing was stored.
-			transient++
-			if err := sleep(ctx, noResponderWait); err != nil {
-				return checkpoint.Run{}, err
-			}
-			continue
-		}
+		msgs := append([]*nats.Msg{s.putMsg(key, cpDoc, cpRev)}, s.indexMsgs(w)...)
+		msgs = append(msgs, s.putMsg(runKey(run.ID), runDoc, run.Rev))
+		seq, apiErr, err := s.sendBatch(ctx, msgs)
 		if err != nil {
 			// No answer: the batch may or may not be stored, but not half
 			// of it. The caller retries the step, whose Load finds out.
 			return checkpoint.Run{}, err
 		}
-		if ack.Error == nil {
-			run.Rev = ack.Seq
-			return run, nil
-		}
-		switch ack.Error.ErrorCode {
-		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
-			if cpRev, err = s.refusedBy(ctx, key, cp.Gen, cpRev, run.ID); err != nil {
+		if apiErr == errNotBatched {
+			if err := s.notBatched(ctx, key, cpDoc); err != nil {
 				return checkpoint.Run{}, err
 			}
-		case codeBatchIncomplete, codeBatchTooManyInflight:
-			if transient == batchRetries {
-				return checkpoint.Run{}, fmt.Errorf("batch refused %d times: %w", transient+1, ack.Error)
-			}
-			transient++
-			if err := sleep(ctx, time.Duration(transient)*10*time.Millisecond); err != nil {
+			apiErr = nil
+		}
+		if apiErr == nil {
+			return s.wroteRun(run, seq, w), nil
+		}
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			if cpRev, err = s.refusedBy(ctx, key, cp.Gen, cpRev, run.ID); err != nil {
 				return checkpoint.Run{}, err
 			}
 		case codeAtomicDisabled:
@@ -104,12 +111,88 @@ func (s *Store) commitBatch(ctx context.Context, run checkpoint.Run, cp checkpoi
 			// drops allow_atomic). Nothing was stored: commit in two writes
 			// from now on, as on a server without atomic batches.
 			s.batches.Store(false)
-			return s.commitTwoWrites(ctx, run, cp, cpDoc, runDoc)
+			return s.commitTwoWrites(ctx, run, cp, cpDoc)
 		default:
-			return checkpoint.Run{}, ack.Error
+			return checkpoint.Run{}, apiErr
 		}
 	}
 	return checkpoint.Run{}, fmt.Errorf("checkpoint %s still contended after %d attempts", key, maxSettleRetries)
+}
+
+// wroteRun is run as stored at rev by a write that did w to the index.
+func (s *Store) wroteRun(run checkpoint.Run, rev uint64, w ixWrite) checkpoint.Run {
+	run.Rev = rev
+	s.wrote(w)
+	s.runs.put(run.ID, baseOf(run, w.ix))
+	return run
+}
+
+// putMsg writes value on key if the key's newest revision is rev (0: no
+// message at all; anyRevision: whatever it holds).
+func (s *Store) putMsg(key string, value []byte, rev uint64) *nats.Msg {
+	msg := &nats.Msg{Subject: s.putPrefix + key, Data: value}
+	if rev != anyRevision {
+		msg.Header = nats.Header{hdrExpectedSeq: []string{strconv.FormatUint(rev, 10)}}
+	}
+	return msg
+}
+
+// indexMsgs are the messages of w: its new entries and directories, and
+// the markers that remove the entries the record no longer names.
+func (s *Store) indexMsgs(w ixWrite) []*nats.Msg {
+	msgs := make([]*nats.Msg, 0, len(w.puts)+len(w.drops))
+	for _, k := range w.puts {
+		msgs = append(msgs, s.putMsg(k, []byte("1"), anyRevision))
+	}
+	for _, k := range w.drops {
+		msgs = append(msgs, s.markerMsg(k, 0))
+	}
+	return msgs
+}
+
+// errNotBatched is sendBatch's answer when a server before 2.12 stored
+// the messages of a batch one by one, each with its own check; the
+// sequence is the last one's. The store sends no more batches.
+var errNotBatched = &jetstream.APIError{Description: "batch stored message by message"}
+
+// sendBatch sends msgs as one atomic batch, riding out the refusals that
+// store nothing and say nothing about the keys (too many batches in
+// flight, no stream leader for the moment). It returns the commit's
+// sequence, or the server's refusal (errNotBatched: no refusal, but no
+// batch either).
+func (s *Store) sendBatch(ctx context.Context, msgs []*nats.Msg) (uint64, *jetstream.APIError, error) {
+	for transient := 0; ; transient++ {
+		ack, err := s.publishBatch(ctx, msgs)
+		if errors.Is(err, nats.ErrNoResponders) && transient < batchRetries {
+			if err := sleep(ctx, noResponderWait); err != nil {
+				return 0, nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		if ack.Error == nil {
+			if ack.Batch == "" || ack.Count != len(msgs) {
+				// A stream leader before nats-server 2.12 stored the
+				// messages one by one: the answer is the last one's.
+				s.batches.Store(false)
+				return ack.Seq, errNotBatched, nil
+			}
+			return ack.Seq, nil, nil
+		}
+		switch ack.Error.ErrorCode {
+		case codeBatchIncomplete, codeBatchTooManyInflight:
+			if transient == batchRetries {
+				return 0, nil, fmt.Errorf("batch refused %d times: %w", transient+1, ack.Error)
+			}
+			if err := sleep(ctx, time.Duration(transient+1)*10*time.Millisecond); err != nil {
+				return 0, nil, err
+			}
+		default:
+			return 0, ack.Error, nil
+		}
+	}
 }
 
 // refusedBy finds out which expectation of a refused batch failed, from
@@ -138,78 +221,63 @@ func (s *Store) refusedBy(ctx context.Context, key string, gen int, cpRev uint64
 			return 0, checkpoint.ErrCheckpointExists
 		}
 	}
-	if e.rev != cpRev {
+	if e.rev != cpRev && cpRev != ^uint64(0) {
 		return e.rev, nil
 	}
 	return 0, s.whyRefused(ctx, runID, 0)
 }
 
-// publishBatch sends the two messages of a commit on one connection,
-// which keeps them in order, and waits for the commit's answer: one round
-// trip. The first message asks for no reply; were it refused (too many
-// batches in flight), the commit finds no batch and says so.
-func (s *Store) publishBatch(ctx context.Context, cpKey string, cpRev uint64, cpDoc []byte, runKey string, runRev uint64, runDoc []byte) (batchAck, error) {
+// publishBatch sends msgs on one connection, which keeps them in order,
+// as one atomic batch whose last message is the commit, and waits for
+// the commit's answer: one round trip. The others ask for no reply; were
+// the first refused (too many batches in flight), the commit finds no
+// batch and says so.
+func (s *Store) publishBatch(ctx context.Context, msgs []*nats.Msg) (batchAck, error) {
 	id := nuid.Next() // 22 characters; the server takes up to 64
-	first := &nats.Msg{
-		Subject: s.putPrefix + cpKey,
-		Header: nats.Header{
-			hdrBatchID:     []string{id},
-			hdrBatchSeq:    []string{"1"},
-			hdrExpectedSeq: []string{strconv.FormatUint(cpRev, 10)},
-		},
-		Data: cpDoc,
+	last := msgs[len(msgs)-1]
+	for i, m := range msgs {
+		if m.Header == nil {
+			m.Header = nats.Header{}
+		}
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if m != last {
+			if err := s.nc.PublishMsg(m); err != nil {
+				return batchAck{}, fmt.Errorf("write %s: %w", strings.TrimPrefix(m.Subject, s.putPrefix), err)
+			}
+		}
 	}
-	commit := &nats.Msg{
-		Subject: s.putPrefix + runKey,
-		Header: nats.Header{
-			hdrBatchID:     []string{id},
-			hdrBatchSeq:    []string{"2"},
-			hdrBatchCommit: []string{"1"},
-			hdrExpectedSeq: []string{strconv.FormatUint(runRev, 10)},
-		},
-		Data: runDoc,
-	}
-	if err := s.nc.PublishMsg(first); err != nil {
-		return batchAck{}, fmt.Errorf("write %s: %w", cpKey, err)
-	}
+	last.Header.Set(hdrBatchCommit, "1")
+	key := strings.TrimPrefix(last.Subject, s.putPrefix)
 	rctx, cancel := s.bounded(ctx)
-	reply, err := s.nc.RequestMsgWithContext(rctx, commit)
+	reply, err := s.nc.RequestMsgWithContext(rctx, last)
 	cancel()
 	if err != nil {
-		return batchAck{}, fmt.Errorf("write %s and %s: %w", cpKey, runKey, err)
+		return batchAck{}, fmt.Errorf("write %s in a batch of %d: %w", key, len(msgs), err)
 	}
 	var ack batchAck
 	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return batchAck{}, fmt.Errorf("write %s and %s: decode ack %q: %w", cpKey, runKey, reply.Data, err)
+		return batchAck{}, fmt.Errorf("write %s in a batch of %d: decode ack %q: %w", key, len(msgs), reply.Data, err)
 	}
-	if ack.Error != nil {
-		return ack, nil
-	}
-	if ack.Seq == 0 {
-		return batchAck{}, fmt.Errorf("write %s and %s: ack without a sequence: %q", cpKey, runKey, reply.Data)
-	}
-	if ack.Batch != id || ack.Count != 2 {
-		if err := s.notBatched(ctx, cpKey, cpDoc, reply.Data); err != nil {
-			return batchAck{}, err
-		}
+	if ack.Error == nil && ack.Seq == 0 {
+		return batchAck{}, fmt.Errorf("write %s in a batch of %d: ack without a sequence: %q", key, len(msgs), reply.Data)
 	}
 	return ack, nil
 }
 
 // notBatched handles a success answer that is not a batch's: a stream
 // leader older than nats-server 2.12 (a cluster in the middle of an
-// upgrade) ignores the batch headers and stores both messages as plain
+// upgrade) ignores the batch headers and stores the messages as plain
 // writes, each with its own check, and the answer is the run's PubAck.
-// The store stops sending batches. The run was written; the commit
-// stands (as a two-write commit) only if the checkpoint key holds this
-// commit's document.
-func (s *Store) notBatched(ctx context.Context, cpKey string, cpDoc, answer []byte) error {
-	s.batches.Store(false)
+// The store stops sending batches (sendBatch). The run was written; the
+// commit stands (as a two-write commit) only if the checkpoint key holds
+// this commit's document.
+func (s *Store) notBatched(ctx context.Context, cpKey string, cpDoc []byte) error {
 	e, err := s.get(ctx, cpKey)
 	if err == nil && e.found && string(e.value) == string(cpDoc) {
 		return nil
 	}
-	return fmt.Errorf("the server stored a commit's messages one by one (answer %q: a stream leader before nats-server 2.12?) and %s does not hold this commit's checkpoint: the run moved without it", answer, cpKey)
+	return fmt.Errorf("the server stored a commit's messages one by one (a stream leader before nats-server 2.12?) and %s does not hold this commit's checkpoint: the run moved without it", cpKey)
 }
 
 // checkpointGen reads the generation of the checkpoint document value.
@@ -251,9 +319,13 @@ func stagesOnDisk(cfg jetstream.StreamConfig) bool {
 // the checkpoint key first-writer-wins and never move a run past a
 // missing checkpoint, and the worker rolls forward a run that a
 // two-write commit left behind.
+//
+// The same update turns message TTLs on, on any bucket (allowTTL): the
+// markers that remove index entries expire with them. Until then they
+// stay (see markerMsg).
 func (s *Store) enableBatches(ctx context.Context) {
 	s.enableOnce.Do(func() {
-		if !s.mayEnable {
+		if !s.mayEnable && s.ttl.Load() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
@@ -263,16 +335,30 @@ func (s *Store) enableBatches(ctx context.Context) {
 			return
 		}
 		cfg := info.Config
-		if stagesOnDisk(cfg) {
-			return
-		}
-		if !cfg.AllowAtomicPublish {
-			cfg.AllowAtomicPublish = true
+		atomic := s.mayEnable && !stagesOnDisk(cfg)
+		if (atomic && !cfg.AllowAtomicPublish) || !cfg.AllowMsgTTL {
+			cfg.AllowAtomicPublish = cfg.AllowAtomicPublish || atomic
+			allowTTL(&cfg)
 			updated, err := s.js.UpdateStream(ctx, cfg)
-			if err != nil || !updated.CachedInfo().Config.AllowAtomicPublish {
+			if err != nil {
 				return
 			}
+			cfg = updated.CachedInfo().Config
 		}
-		s.batches.Store(true)
+		s.ttl.Store(cfg.AllowMsgTTL)
+		if atomic {
+			s.batches.Store(cfg.AllowAtomicPublish)
+		}
 	})
+}
+
+// allowTTL turns message TTLs on as a KV bucket with a limit marker TTL
+// has them (nats kv add --marker-ttl): the KV client and the nats CLI
+// then keep them through an edit of the bucket, which a stream that
+// allows TTLs requires (the server refuses to turn them off).
+func allowTTL(cfg *jetstream.StreamConfig) {
+	cfg.AllowMsgTTL = true
+	if cfg.SubjectDeleteMarkerTTL == 0 {
+		cfg.SubjectDeleteMarkerTTL = time.Second
+	}
 }

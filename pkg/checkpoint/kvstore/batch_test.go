@@ -279,7 +279,9 @@ func streamConfig(t *testing.T, js jetstream.JetStream, bucket string) jetstream
 
 // Updating the bucket through the KV client drops allow_atomic; the next
 // commit is refused whole (atomic publish is disabled), made in two
-// writes instead, and the store stays on two writes.
+// writes instead, and the store stays on two writes. (The update must
+// keep the bucket's marker TTL: the server refuses to turn message TTLs
+// off, which the index's markers need.)
 func TestBatchesTurnedOff(t *testing.T) {
 	js := connect(t)
 	ctx := testCtx(t)
@@ -288,7 +290,7 @@ func TestBatchesTurnedOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.UpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.MemoryStorage, Description: "edited"}); err != nil {
+	if _, err := js.UpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Storage: jetstream.MemoryStorage, Description: "edited", LimitMarkerTTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if streamConfig(t, js, bucket).AllowAtomicPublish {

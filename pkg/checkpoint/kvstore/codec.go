@@ -31,10 +31,6 @@ func decodeRun(e jetstream.KeyValueEntry) (checkpoint.Run, error) {
 }
 
 func decodeRunValue(value []byte, rev uint64) (checkpoint.Run, error) {
-	var run checkpoint.Run
-	if err := unmarshal(value, &run); err != nil {
-		return checkpoint.Run{}, err
-	}
-	run.Rev = rev
-	return run, nil
+	run, _, err := decodeStored(value, rev)
+	return run, err
 }

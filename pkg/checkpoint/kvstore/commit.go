@@ -58,16 +58,12 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err := s.spill(ctx, &run); err != nil {
 		return fail(err)
 	}
-	runDoc, err := marshal(run)
-	if err != nil {
-		return fail(err)
-	}
 	s.enableBatches(ctx)
 	commit := s.commitTwoWrites
 	if s.batches.Load() {
 		commit = s.commitBatch
 	}
-	stored, err := commit(ctx, run, cp, cpDoc, runDoc)
+	stored, err := commit(ctx, run, cp, cpDoc)
 	if err != nil {
 		return fail(err)
 	}
@@ -77,7 +73,9 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 // commitTwoWrites stores cpDoc, then moves the run:
 //
 //  1. cp.<R>.<n>, create-only (see writeCheckpoint);
-//  2. run.<R> compare-and-set on run.Rev.
+//  2. run.<R> compare-and-set on run.Rev (writeRun: with the run's new
+//     index entries before it and the markers of its old ones after it,
+//     when the commit changes its status).
 //
 // The run only moves after its checkpoint is stored, so a crash between
 // the two leaves a run that lags its checkpoint, which the worker rolls
@@ -85,7 +83,7 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 // stored all the same; settle then makes the run agree with it when it is
 // still the run's step n of the same generation, instead of undoing it: a
 // concurrent reader may already have rolled the run forward over it.
-func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc, runDoc []byte) (checkpoint.Run, error) {
+func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc []byte) (checkpoint.Run, error) {
 	if err := s.writeCheckpoint(ctx, cpKey(run.ID, cp.Step), cp.Gen, cpDoc); err != nil {
 		// ErrCheckpointExists, or no PubAck: the checkpoint may or may
 		// not be stored. The caller retries the step, whose Load finds out.
@@ -94,7 +92,14 @@ func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp chec
 	if s.afterCheckpoint != nil {
 		s.afterCheckpoint(ctx)
 	}
-	rev, err := s.put(ctx, runKey(run.ID), runDoc, run.Rev)
+	b, ok, err := s.loadBase(ctx, run.ID, run.Rev)
+	if err != nil {
+		return checkpoint.Run{}, err // the run may lag the checkpoint
+	}
+	if !ok {
+		return s.settle(ctx, run, cp) // the run moved since the caller read it
+	}
+	stored, err := s.writeRun(ctx, b, run, s.plan(b, run))
 	if errors.Is(err, errWrongRevision) {
 		return s.settle(ctx, run, cp)
 	}
@@ -103,8 +108,7 @@ func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp chec
 		// redelivery's Load sees and rolls forward.
 		return checkpoint.Run{}, err
 	}
-	run.Rev = rev
-	return run, nil
+	return stored, nil
 }
 
 // writeCheckpoint stores doc, a checkpoint of generation gen, on key:
@@ -174,10 +178,12 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 		if !e.found {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run missing: %w", checkpoint.ErrNotFound)
 		}
-		stored, err := decodeRunValue(e.value, e.rev)
+		stored, ix, err := decodeStored(e.value, e.rev)
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 		}
+		b := baseOf(stored, ix)
+		s.runs.put(stored.ID, b)
 		switch {
 		case stored.Resumes != cp.Gen:
 			return checkpoint.Run{}, fmt.Errorf("checkpoint of generation %d stored, run at generation %d: %w", cp.Gen, stored.Resumes, checkpoint.ErrConflict)
@@ -186,18 +192,13 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 			if err := s.spill(ctx, &merged); err != nil {
 				return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 			}
-			doc, err := marshal(merged)
-			if err != nil {
-				return checkpoint.Run{}, err
-			}
-			rev, err := s.put(ctx, runKey(next.ID), doc, stored.Rev)
+			merged, err := s.writeRun(ctx, b, merged, s.plan(b, merged))
 			if errors.Is(err, errWrongRevision) {
 				continue
 			}
 			if err != nil {
 				return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 			}
-			merged.Rev = rev
 			return merged, nil
 		case advancedBy(stored, cp):
 			return stored, nil

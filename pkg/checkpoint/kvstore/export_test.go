@@ -6,6 +6,12 @@ import "context"
 // commit, so tests can put a concurrent writer (or a crash) exactly there.
 func SetAfterCheckpoint(s *Store, fn func(ctx context.Context)) { s.afterCheckpoint = fn }
 
+// SetAfterIndex makes s run fn after the index entries of a two-write
+// record write, before the record; SetAfterRecord after the record,
+// before the markers of the entries it drops.
+func SetAfterIndex(s *Store, fn func(ctx context.Context))  { s.afterIndex = fn }
+func SetAfterRecord(s *Store, fn func(ctx context.Context)) { s.afterRecord = fn }
+
 // Batches reports whether s commits in one atomic batch, deciding as its
 // first commit would when it has not yet.
 func Batches(s *Store) bool {

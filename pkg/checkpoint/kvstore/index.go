@@ -2,74 +2,402 @@ package kvstore
 
 import (
 	"context"
-	"fmt"
-	"slices"
-	"strings"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/nats-io/nats.go"
 )
 
-// This store has no run index yet: PageRuns and CountRuns read every run
-// (ListRuns's scan), as listings did before the index. They cost what the
-// bucket holds, not the page; the index comes in a later change.
+// The run indexes (see the package doc, "Run indexes"). Every key lives
+// under ixPrefix: inside run.> (the scheduler's and the approver's write
+// permission, $KV.<bucket>.run.>), and "=" is in no run id, so no key of
+// a run (run.<R>, run.<R>.<kind>.<seq>) and no pattern of the store
+// ("run.*", "*.<R>.*", "run.<R>.<kind>.*") matches one. With L a listing
+// (below), ms a time in unix milliseconds, R the run, N a nonce:
+//
+//	run.=ix.l.<status>.<wf>.<h>.<ms>.<R>.<N>  live entry: running or waiting since ms (h: liveShard)
+//	<L>.e.<b0>.<ms>.<R>.<N>                   entry of a time listing
+//	<L>.d0.<b1>.<b0> … <L>.d4.<b5>.<b4>       directories of a time listing: bucket b0
+//	<L>.r.<b5>                                holds entries, …, b5 holds b4s
+//	run.=ix.n.<wf>                            a workflow that has runs
+//	run.=ix.b.progress                        how far BackfillIndex has come
+//
+// A run without a workflow, or with a name that is no subject token,
+// stands in keys as "=" (noWorkflow).
+//
+// The time listings L: run.=ix.c (every run, by creation), run.=ix.w.<wf>
+// (by creation), run.=ix.s.<status> and run.=ix.sw.<status>.<wf> (ended
+// statuses, by when the run took the status). A directory key says its
+// last bucket holds entries; the root (r) lists the top buckets.
+const ixPrefix = "run.=ix."
 
-// PageRuns reads every run matching q and returns the page q asks for:
-// newest first, by creation, or, with a status, by the run's last update
-// (when an ended run ended).
-func (s *Store) PageRuns(ctx context.Context, q checkpoint.PageQuery) (checkpoint.RunPage, error) {
-	if err := q.Validate(); err != nil {
-		return checkpoint.RunPage{}, fmt.Errorf("page runs: %w", err)
-	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = checkpoint.DefaultPageLimit
-	}
-	runs, err := s.ListRuns(ctx, checkpoint.Filter{Status: q.Status, Workflow: q.Workflow})
-	if err != nil {
-		return checkpoint.RunPage{}, fmt.Errorf("page runs: %w", err)
-	}
-	key := func(r checkpoint.Run) checkpoint.RunKey {
-		at := r.CreatedAt
-		if q.Status != "" {
-			at = r.UpdatedAt
-		}
-		return checkpoint.RunKey{At: at.Truncate(time.Millisecond), ID: r.ID}
-	}
-	newest := func(a, b checkpoint.RunKey) int {
-		if c := b.At.Compare(a.At); c != 0 {
-			return c
-		}
-		return strings.Compare(b.ID, a.ID)
-	}
-	slices.SortFunc(runs, func(a, b checkpoint.Run) int { return newest(key(a), key(b)) })
-	var page checkpoint.RunPage
-	for _, r := range runs {
-		if !q.After.IsZero() && newest(q.After, key(r)) >= 0 {
-			continue
-		}
-		if len(page.Runs) == limit {
-			page.Next = key(page.Runs[limit-1])
-			break
-		}
-		page.Runs = append(page.Runs, r)
-	}
-	return page, nil
+// A time listing is a trie over its entries' milliseconds: b_k = ms >>
+// trieShift[k]. A leaf (b0) spans 16 ms, and each directory up to 64
+// children: a b1 spans 1 s, a b2 65 s, a b3 70 min, a b4 3.1 days, a b5
+// 199 days, and the root lists the b5s. Reading the newest entries walks
+// down the newest directories to the newest leaves: a page costs the
+// directories on its path (at most 64 keys each, all read at once when
+// the path is the one a page expects: see trieSource) and the leaves that
+// hold it, whatever the listing holds besides. A burst puts at most 16 ms
+// of itself in one leaf.
+var trieShift = [6]uint{4, 10, 16, 22, 28, 34}
+
+// trieTop is the level of the buckets the root lists.
+const trieTop = len(trieShift) - 1
+
+// maxResults is the most keys one multi_last read returns (the server's
+// limit; more is errTooMany).
+const maxResults = 1024
+
+// markerTTL is how long the marker that removes an index entry stays (the
+// server's minimum): after it, the entry's subject is gone from the
+// stream, and from every read and count of its listing.
+const markerTTL = "1s"
+
+// ixState is what a run record says of its index entries (the "_ix"
+// field of its value): a reader takes an entry for the run's only when
+// its nonce is the record's, so an entry a refused or crashed write left
+// is never listed twice or in the wrong status.
+type ixState struct {
+	// At is when the run took its status (unix ms): its status entries'
+	// time. A run created in a status took it at its CreatedAt.
+	At int64 `json:"at"`
+	// N is the nonce of its status entries, C of its creation entries
+	// (whose time is CreatedAt).
+	N string `json:"n"`
+	C string `json:"c"`
 }
 
-// CountRuns reads every run and counts them.
-func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
-	runs, err := s.ListRuns(ctx, checkpoint.Filter{})
-	if err != nil {
-		return checkpoint.RunCounts{}, fmt.Errorf("count runs: %w", err)
+func liveStatus(st checkpoint.Status) bool {
+	return st == checkpoint.StatusRunning || st == checkpoint.StatusWaiting
+}
+
+// ixList is one listing of the index: the key prefix of its entries and,
+// for a time listing, of its directories.
+type ixList struct {
+	prefix   string
+	trie     bool
+	status   checkpoint.Status // "" for the listings by creation
+	workflow string            // "" for every workflow
+}
+
+func createdList() ixList { return ixList{prefix: ixPrefix + "c", trie: true} }
+func workflowList(wf string) ixList {
+	return ixList{prefix: ixPrefix + "w." + wf, trie: true, workflow: wf}
+}
+
+// statusList is the listing of status st (and workflow wf, when set).
+// The live statuses have one flat listing each, whose entries name their
+// workflow: it holds the live runs only, and is read whole (readLive).
+func statusList(st checkpoint.Status, wf string) ixList {
+	if liveStatus(st) {
+		return ixList{prefix: ixPrefix + "l." + string(st), status: st, workflow: wf}
 	}
-	counts := checkpoint.RunCounts{Status: map[checkpoint.Status]int64{}, Workflow: map[string]map[checkpoint.Status]int64{}}
-	for _, r := range runs {
-		counts.Status[r.Status]++
-		if counts.Workflow[r.Workflow] == nil {
-			counts.Workflow[r.Workflow] = map[checkpoint.Status]int64{}
+	if wf == "" {
+		return ixList{prefix: ixPrefix + "s." + string(st), trie: true, status: st}
+	}
+	return ixList{prefix: ixPrefix + "sw." + string(st) + "." + wf, trie: true, status: st, workflow: wf}
+}
+
+// listOf is the listing a query reads.
+func listOf(st checkpoint.Status, wf string) ixList {
+	switch {
+	case st != "":
+		return statusList(st, wf)
+	case wf != "":
+		return workflowList(wf)
+	}
+	return createdList()
+}
+
+// entryFilter matches every entry of the time listing l (no directory).
+func (l ixList) entryFilter() string { return l.prefix + ".e.>" }
+
+func bucket(ms int64, level int) int64 { return ms >> trieShift[level] }
+func itoa(n int64) string              { return strconv.FormatInt(n, 10) }
+
+func (l ixList) leafFilter(b0 int64) string { return l.prefix + ".e." + itoa(b0) + ".>" }
+
+// dirFilter matches the children of bucket b at level (1 to trieTop), or
+// the root's (level trieTop+1).
+func (l ixList) dirFilter(level int, b int64) string {
+	if level > trieTop {
+		return l.prefix + ".r.*"
+	}
+	return l.prefix + ".d" + strconv.Itoa(level-1) + "." + itoa(b) + ".*"
+}
+
+// entry is the key of run id's entry at ms with nonce n in the time
+// listing l, and the directory keys that lead to it.
+func (l ixList) entry(ms int64, id, n string) (key string, dirs []string) {
+	b := func(k int) string { return itoa(bucket(ms, k)) }
+	dirs = append(dirs, l.prefix+".r."+b(trieTop))
+	for k := trieTop; k > 0; k-- {
+		dirs = append(dirs, l.prefix+".d"+strconv.Itoa(k-1)+"."+b(k)+"."+b(k-1))
+	}
+	return l.prefix + ".e." + b(0) + "." + itoa(ms) + "." + id + "." + n, dirs
+}
+
+func liveKey(st checkpoint.Status, wf string, ms int64, id, n string) string {
+	return ixPrefix + "l." + string(st) + "." + wf + "." + liveShard(id) + "." + itoa(ms) + "." + id + "." + n
+}
+
+// liveShards splits the live listings: a read of the newest message of
+// each subject (multi_last, which finds each subject's block through the
+// stream's subject index instead of walking the stream) returns at most
+// 1024, so a listing is read shard by shard, as many at once as fit.
+const liveShards = 64
+
+// liveShard is run id's shard of the live listings (FNV-1a).
+func liveShard(id string) string {
+	h := uint32(2166136261)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint32(id[i])) * 16777619
+	}
+	return strconv.Itoa(int(h % liveShards))
+}
+
+// liveFilters match the live entries of status st (any, "*") of workflow
+// wf (any: ""), shard by shard.
+func liveFilters(st, wf string) []string {
+	if wf == "" {
+		wf = "*"
+	}
+	filters := make([]string, liveShards)
+	for i := range filters {
+		filters[i] = ixPrefix + "l." + st + "." + wf + "." + strconv.Itoa(i) + ".>"
+	}
+	return filters
+}
+
+func nameKey(wf string) string { return ixPrefix + "n." + wf }
+
+// noWorkflow stands for the workflow of a run without one, or with a name
+// that is not a subject token (no query can name either), in keys.
+const noWorkflow = "="
+
+// wfToken is workflow wf as a token of a key.
+func wfToken(wf string) string {
+	if !checkpoint.ValidID(wf) {
+		return noWorkflow
+	}
+	return wf
+}
+
+const progressKey = ixPrefix + "b.progress"
+
+// ixWrite is what one write of a run record does to the index.
+type ixWrite struct {
+	// ix is the record's _ix after the write.
+	ix *ixState
+	// puts are the entries, directories and workflow names to store
+	// before the record (or in its batch); own are the entries among
+	// them, which only this write names: removed again when the record
+	// write is refused; dirs the others.
+	puts, own, dirs []string
+	// drops are the entries of the record before the write that the
+	// record no longer names: removed after it (or in its batch).
+	drops []string
+}
+
+func (w ixWrite) touches() bool { return len(w.puts) > 0 || len(w.drops) > 0 }
+
+// statusEntries are the keys (and directories) of run's entries for
+// status st since ms with nonce n: one live entry, or two in the time
+// listings of the status, in all and by workflow.
+func statusEntries(st checkpoint.Status, wf string, ms int64, id, n string) (entries, dirs []string) {
+	if liveStatus(st) {
+		return []string{liveKey(st, wf, ms, id, n)}, nil
+	}
+	for _, l := range []ixList{statusList(st, ""), statusList(st, wf)} {
+		key, d := l.entry(ms, id, n)
+		entries, dirs = append(entries, key), append(dirs, d...)
+	}
+	return entries, dirs
+}
+
+func creationEntries(wf string, ms int64, id, n string) (entries, dirs []string) {
+	for _, l := range []ixList{createdList(), workflowList(wf)} {
+		key, d := l.entry(ms, id, n)
+		entries, dirs = append(entries, key), append(dirs, d...)
+	}
+	return entries, dirs
+}
+
+// plan says what writing next over the record b (nil: a new run) does to
+// the index. A write that keeps the status keeps the entries; one that
+// changes it adds the entries of the new status, taken now, and drops
+// those of the old. A record from before the index (b.ix nil) gets every
+// entry, the status taken at its UpdatedAt when it keeps it.
+func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
+	var w ixWrite
+	var ix ixState
+	switch {
+	case b != nil && b.ix != nil && b.status == next.Status:
+		ix := *b.ix
+		return ixWrite{ix: &ix}
+	case b != nil && b.ix != nil:
+		ix = ixState{At: max(time.Now().UnixMilli(), b.ix.At), N: nonce(), C: b.ix.C}
+		w.drops, _ = statusEntries(b.status, wfToken(b.workflow), b.ix.At, next.ID, b.ix.N)
+	case b != nil: // written before the index
+		n := nonce()
+		ix = ixState{At: time.Now().UnixMilli(), N: n, C: n}
+		if b.status == next.Status {
+			ix.At = b.updated.UnixMilli()
 		}
-		counts.Workflow[r.Workflow][r.Status]++
+	default:
+		n := nonce()
+		ix = ixState{At: next.CreatedAt.UnixMilli(), N: n, C: n}
 	}
-	return counts, nil
+	wf := wfToken(next.Workflow)
+	entries, dirs := statusEntries(next.Status, wf, ix.At, next.ID, ix.N)
+	if b == nil || b.ix == nil {
+		ce, cd := creationEntries(wf, next.CreatedAt.UnixMilli(), next.ID, ix.C)
+		entries, dirs = append(entries, ce...), append(dirs, cd...)
+		if wf != noWorkflow {
+			dirs = append(dirs, nameKey(wf))
+		}
+	}
+	w.ix, w.own = &ix, entries
+	w.puts = append(w.puts, entries...)
+	for _, d := range dirs {
+		if !s.known.has(d) {
+			w.dirs = append(w.dirs, d)
+		}
+	}
+	w.puts = append(w.puts, w.dirs...)
+	return w
+}
+
+// wrote records that w's keys are stored: its directories and names are
+// not written again by this process (they are never removed).
+func (s *Store) wrote(w ixWrite) {
+	for _, k := range w.dirs {
+		s.known.add(k)
+	}
+}
+
+const nonceChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// nonce names the entries of one write: 8 characters, 47 bits.
+func nonce() string {
+	var b [8]byte
+	for i := range b {
+		b[i] = nonceChars[rand.IntN(len(nonceChars))]
+	}
+	return string(b[:])
+}
+
+// putIndex stores keys (entries, directories, names; the value is not
+// read) at once and waits for every answer.
+func (s *Store) putIndex(ctx context.Context, keys []string) error {
+	return each(keys, func(key string) error {
+		_, err := s.put(ctx, key, []byte("1"), anyRevision)
+		return err
+	})
+}
+
+// dropIndex removes entries at once, with a marker that expires (see
+// markerMsg), and waits for every answer.
+func (s *Store) dropIndex(ctx context.Context, keys []string) error {
+	return each(keys, func(key string) error {
+		return s.request(ctx, s.markerMsg(key, 0))
+	})
+}
+
+// markerMsg removes an index entry: a purge marker that rolls up the
+// subject and expires after markerTTL, so that nothing of the entry stays
+// in the stream (a KV delete leaves its marker for good, and a listing
+// that reads every marker of every run that ever was live costs the
+// history). Where the stream does not allow message TTLs (a bucket made
+// by an older version, until a worker's first commit turns them on in
+// enableBatches; a server before 2.11) the marker stays, until a read of
+// a live listing gives it a TTL (readLive). With seq set, only the
+// message at seq is removed: a later write of the key stays.
+func (s *Store) markerMsg(key string, seq uint64) *nats.Msg {
+	h := nats.Header{hdrOperation: []string{"PURGE"}, hdrRollup: []string{"sub"}}
+	if s.ttl.Load() {
+		h.Set(hdrTTL, markerTTL)
+	}
+	if seq > 0 {
+		h.Set(hdrExpectedSeq, strconv.FormatUint(seq, 10))
+	}
+	return &nats.Msg{Subject: s.putPrefix + key, Header: h}
+}
+
+// request publishes msg and checks its PubAck.
+func (s *Store) request(ctx context.Context, msg *nats.Msg) error {
+	rctx, cancel := s.bounded(ctx)
+	reply, err := s.nc.RequestMsgWithContext(rctx, msg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	var ack pubAck
+	if err := unmarshal(reply.Data, &ack); err != nil {
+		return err
+	}
+	if ack.Error != nil {
+		return ack.Error
+	}
+	return nil
+}
+
+// indexWriters bounds the concurrent requests of one index operation.
+const indexWriters = 16
+
+// each runs fn on every key, at most indexWriters at once, and joins the
+// errors.
+func each(keys []string, fn func(string) error) error {
+	return parallel(len(keys), func(i int) error { return fn(keys[i]) })
+}
+
+// parallel runs fn(0..n-1), at most indexWriters at once, and joins the
+// errors.
+func parallel(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	slots := make(chan struct{}, indexWriters)
+	var wg sync.WaitGroup
+	for i := range n {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// keyCache remembers keys this process stored that are never removed
+// (directories, workflow names), so that it writes them once. It forgets
+// everything when full: writing a key again is harmless.
+type keyCache struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+const keyCacheSize = 1 << 14
+
+func (c *keyCache) has(k string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.keys[k]
+	return ok
+}
+
+func (c *keyCache) add(k string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil || len(c.keys) >= keyCacheSize {
+		c.keys = map[string]struct{}{}
+	}
+	c.keys[k] = struct{}{}
 }

@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// CreateRun stores run unless the id is taken (KV create-only). CreatedAt
-// defaults to now and UpdatedAt to CreatedAt.
+// CreateRun stores run unless the id is taken (KV create-only), with its
+// index entries. CreatedAt defaults to now and UpdatedAt to CreatedAt.
+//
+// In one atomic batch where the store sends batches; otherwise the
+// entries first and the record after (see writeRun): a create refused
+// because the run exists (a retried start) removes the entries it wrote,
+// which the counts of an ended status count until their markers expire.
 func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.Run, error) {
 	if err := checkID(run.ID); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run: %w", err)
@@ -23,23 +27,49 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if run.UpdatedAt.IsZero() {
 		run.UpdatedAt = run.CreatedAt
 	}
-	doc, err := marshal(run)
-	if err != nil {
+	fail := func(err error) (checkpoint.Run, error) {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	rev, err := s.create(ctx, runKey(run.ID), doc)
-	if errors.Is(err, errWrongRevision) {
-		existing, gerr := s.GetRun(ctx, run.ID)
-		if gerr != nil {
-			return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", run.ID, gerr)
+	w := s.plan(nil, run)
+	if s.batches.Load() {
+		var expect uint64
+		for range 3 {
+			stored, err := s.batchRun(ctx, nil, expect, run, w)
+			if !errors.Is(err, errWrongRevision) {
+				if err != nil {
+					return fail(err)
+				}
+				return stored, nil
+			}
+			e, err := s.get(ctx, runKey(run.ID))
+			if err != nil {
+				return fail(err)
+			}
+			if e.found {
+				break
+			}
+			expect = e.rev // a delete marker: create over it
 		}
-		return existing, fmt.Errorf("create run %s: %w", run.ID, checkpoint.ErrRunExists)
+		return s.existing(ctx, run.ID)
+	}
+	stored, err := s.writeRun(ctx, nil, run, w)
+	if errors.Is(err, errWrongRevision) {
+		return s.existing(ctx, run.ID)
 	}
 	if err != nil {
-		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
+		return fail(err)
 	}
-	run.Rev = rev
-	return run, nil
+	return stored, nil
+}
+
+// existing answers a create of a run that exists: the stored run and
+// ErrRunExists.
+func (s *Store) existing(ctx context.Context, id string) (checkpoint.Run, error) {
+	existing, err := s.GetRun(ctx, id)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", id, err)
+	}
+	return existing, fmt.Errorf("create run %s: %w", id, checkpoint.ErrRunExists)
 }
 
 // GetRun returns the run or ErrNotFound.
@@ -54,64 +84,54 @@ func (s *Store) GetRun(ctx context.Context, id string) (checkpoint.Run, error) {
 	if !e.found {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, checkpoint.ErrNotFound)
 	}
-	run, err := decodeRunValue(e.value, e.rev)
+	run, ix, err := decodeStored(e.value, e.rev)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
+	s.runs.put(id, baseOf(run, ix))
 	return run, nil
 }
 
-// ListRuns reads every run with one watcher over run.* and filters in the
-// client: an operator listing, not a hot path.
-func (s *Store) ListRuns(ctx context.Context, f checkpoint.Filter) ([]checkpoint.Run, error) {
-	var runs []checkpoint.Run
-	err := s.scan(ctx, "run.*", func(e jetstream.KeyValueEntry) error {
-		run, err := decodeRun(e)
-		if err != nil {
-			return fmt.Errorf("%s: %w", e.Key(), err)
-		}
-		if (f.Status == "" || run.Status == f.Status) && (f.Workflow == "" || run.Workflow == f.Workflow) {
-			runs = append(runs, run)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
-	}
-	sort.Slice(runs, func(i, j int) bool {
-		if !runs[i].CreatedAt.Equal(runs[j].CreatedAt) {
-			return runs[i].CreatedAt.Before(runs[j].CreatedAt)
-		}
-		return runs[i].ID < runs[j].ID
-	})
-	return runs, nil
-}
-
-// UpdateRun replaces the run if run.Rev is still its KV revision.
+// UpdateRun replaces the run if run.Rev is still its KV revision, with
+// its index entries when its status changes: in one atomic batch where
+// the store sends batches, otherwise as writeRun orders them. A stale
+// revision writes nothing (the record it replaces is read first, unless
+// this process read or wrote it last).
 func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.Run, error) {
 	if err := readID(run.ID); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run: %w", err)
 	}
+	refused := func() (checkpoint.Run, error) {
+		return checkpoint.Run{}, fmt.Errorf("update run %s at rev %d: %w", run.ID, run.Rev, s.whyRefused(ctx, run.ID, 0))
+	}
 	// Revision 0 would make Update a create: never let it resurrect a run.
 	if run.Rev == 0 {
-		return checkpoint.Run{}, fmt.Errorf("update run %s at rev 0: %w", run.ID, s.whyRefused(ctx, run.ID, 0))
+		return refused()
+	}
+	b, ok, err := s.loadBase(ctx, run.ID, run.Rev)
+	if err != nil {
+		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
+	}
+	if !ok {
+		return refused()
 	}
 	if err := s.spill(ctx, &run); err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
-	doc, err := marshal(run)
-	if err != nil {
-		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
+	w := s.plan(b, run)
+	var stored checkpoint.Run
+	if s.batches.Load() && w.touches() {
+		stored, err = s.batchRun(ctx, b, b.rev, run, w)
+	} else {
+		stored, err = s.writeRun(ctx, b, run, w)
 	}
-	rev, err := s.put(ctx, runKey(run.ID), doc, run.Rev)
 	if errors.Is(err, errWrongRevision) {
-		return checkpoint.Run{}, fmt.Errorf("update run %s at rev %d: %w", run.ID, run.Rev, s.whyRefused(ctx, run.ID, 0))
+		return refused()
 	}
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
-	run.Rev = rev
-	return run, nil
+	return stored, nil
 }
 
 // whyRefused names the sentinel for a refused write: ErrCheckpointExists if

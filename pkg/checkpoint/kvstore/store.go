@@ -49,9 +49,12 @@ type Options struct {
 //	run.<R>.p.<seq>          decision <seq> moved off the run record
 //	run.<R>.b.<sha>          a payload or reason kept apart, by its hex SHA-256
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
+//	run.=ix.…                the run indexes (index.go; "=" is in no run id)
 //
 // A commit writes the checkpoint and the run in one atomic batch, or, on
 // a one-replica file bucket, the checkpoint, then the run (see Commit).
+// A write that changes a run's status writes its index entries with it
+// (see the package doc, "Run indexes").
 type Store struct {
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
@@ -70,6 +73,22 @@ type Store struct {
 	putPrefix string
 	// subjects is the prefix of the bucket's subjects: "$KV.<bucket>.".
 	subjects string
+	// directAPI is the stream's direct get API subject (batches and
+	// multi_last reads of the index), empty when the stream does not
+	// allow direct gets; leaderReads: the bucket is replicated, and a
+	// direct get may come from a lagging follower.
+	directAPI   string
+	leaderReads bool
+	// ttl: the stream allows message TTLs, which the markers that remove
+	// index entries carry (markerMsg). Set by New, or by the first
+	// commit (enableBatches).
+	ttl atomic.Bool
+
+	// runs caches the newest record this process read or wrote of each
+	// run (what a write needs of the record it replaces); known the
+	// index directories it stored.
+	runs  runCache
+	known keyCache
 
 	workflows workflowCache
 
@@ -81,8 +100,11 @@ type Store struct {
 	enableOnce sync.Once
 
 	// afterCheckpoint, when set (by tests), runs between a commit's two
-	// writes.
+	// writes; afterIndex and afterRecord before and after the record
+	// write of writeRun (after its index entries, before its markers).
 	afterCheckpoint func(ctx context.Context)
+	afterIndex      func(ctx context.Context)
+	afterRecord     func(ctx context.Context)
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -122,10 +144,16 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	}
 	// Followers answer direct gets too, and may lag: a replicated bucket
 	// is read from its leader.
-	if cfg := st.CachedInfo().Config; cfg.AllowDirect && cfg.Mirror == nil && cfg.Replicas <= 1 {
-		s.directGet = api + "DIRECT.GET.KV_" + opts.Bucket + "." + subjects
+	cfg := st.CachedInfo().Config
+	if cfg.AllowDirect && cfg.Mirror == nil {
+		s.directAPI = api + "DIRECT.GET.KV_" + opts.Bucket
+		if cfg.Replicas <= 1 {
+			s.directGet = s.directAPI + "." + subjects
+		}
 	}
-	if cfg := st.CachedInfo().Config; !stagesOnDisk(cfg) {
+	s.leaderReads = cfg.Replicas > 1
+	s.ttl.Store(cfg.AllowMsgTTL)
+	if !stagesOnDisk(cfg) {
 		s.batches.Store(cfg.AllowAtomicPublish)
 		s.mayEnable = !cfg.AllowAtomicPublish
 	}
@@ -137,12 +165,20 @@ func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (je
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return kv, err
 	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      opts.Bucket,
 		Description: "durable runs, checkpoints and call journals",
 		Replicas:    opts.Replicas,
 		Storage:     opts.Storage,
-	})
+		// Message TTLs, for the markers that remove index entries: the
+		// bucket's keys never expire (no MaxAge), so its markers are ours.
+		LimitMarkerTTL: time.Second,
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) { // a server before 2.11
+		cfg.LimitMarkerTTL = 0
+		kv, err = js.CreateKeyValue(ctx, cfg)
+	}
 	if errors.Is(err, jetstream.ErrBucketExists) { // another process was first
 		return js.KeyValue(ctx, opts.Bucket)
 	}

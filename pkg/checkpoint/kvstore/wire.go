@@ -46,6 +46,11 @@ const (
 	hdrOperation   = "KV-Operation"
 	hdrMarker      = "Nats-Marker-Reason"
 	hdrExpectedSeq = "Nats-Expected-Last-Subject-Sequence"
+	hdrRollup      = "Nats-Rollup"
+	hdrTTL         = "Nats-TTL"
+	hdrTimeStamp   = "Nats-Time-Stamp"
+	hdrNumPending  = "Nats-Num-Pending"
+	hdrUpToSeq     = "Nats-UpTo-Sequence"
 )
 
 // noResponderRetries and noResponderWait ride out a stream leader change
