@@ -65,20 +65,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *sweepers < 1 {
 		return service.Usagef("bench: --sweep-schedulers %d: want at least 1", *sweepers)
 	}
-	switch *only {
-	case "":
-	case "parked":
-		if *parked == 0 {
-			return service.Usagef("bench: --only parked with --parked 0: nothing to run")
-		}
-		if *store == bench.StoreKV {
-			return service.Usagef("bench: --only parked runs on the Redis store, not --store kv")
-		}
-		cfg.ParkedOnly = true
-	case "fanout":
-		cfg.FanOutOnly = true
-	default:
-		return service.Usagef("bench: --only %q: want parked or fanout", *only)
+	if err := benchOnly(&cfg, *only, *parked, *store); err != nil {
+		return err
 	}
 	if *asJSON {
 		cfg.Progress = stderr
@@ -98,6 +86,26 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return rep.Failures()
+}
+
+// benchOnly sets the phase --only runs alone.
+func benchOnly(cfg *bench.Config, only string, parked int, store string) error {
+	switch only {
+	case "":
+	case "parked":
+		if parked == 0 {
+			return service.Usagef("bench: --only parked with --parked 0: nothing to run")
+		}
+		if store == bench.StoreKV {
+			return service.Usagef("bench: --only parked runs on the Redis store, not --store kv")
+		}
+		cfg.ParkedOnly = true
+	case "fanout":
+		cfg.FanOutOnly = true
+	default:
+		return service.Usagef("bench: --only %q: want parked or fanout", only)
+	}
+	return nil
 }
 
 // cmdBenchWorker is `durable bench-worker`, the hidden command `durable
