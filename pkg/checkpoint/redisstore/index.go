@@ -107,10 +107,22 @@ func (s *Store) afterIndex(ctx context.Context, run checkpoint.Run, old string) 
 	return nil
 }
 
-// fixIndex moves a run listed under a status it no longer has to the
-// status of its record.
+// fixIndex moves a run listed under a status it no longer has (a write
+// of the previous release, or a Cluster write whose index call was lost)
+// to the status of its record, as read at run.Rev: the run hash's st
+// first, so that the next status change moves the entries from there,
+// and the entries (in the same script on one node). A run that moved
+// since it was read is left to its writer.
 func (s *Store) fixIndex(ctx context.Context, run checkpoint.Run) error {
-	return s.afterIndex(ctx, run, "*")
+	moved, err := s.batch.run(ctx, fixScript, []string{s.runKey(run.ID)},
+		append([]any{strconv.FormatUint(run.Rev, 10)}, s.indexArgs(run)...)...).Int64()
+	if err != nil {
+		return fmt.Errorf("index run %s: %w", run.ID, err)
+	}
+	if moved == 1 && !s.single {
+		return s.afterIndex(ctx, run, "*")
+	}
+	return nil
 }
 
 // cmpNewest orders keys newest first, then by id, descending (the order
@@ -360,6 +372,14 @@ func (s *Store) BackfillIndex(ctx context.Context, batch int) (checkpoint.Backfi
 			switch {
 			case rev == 1:
 				p.Indexed++
+				done = append(done, id)
+			case rev == 0 && !s.single:
+				// Indexed by a write whose index call (a second call in
+				// a Cluster) may have been lost: put its entries where
+				// its record says, which changes nothing if they are.
+				if err := s.afterIndex(ctx, run, "*"); err != nil {
+					return p, fmt.Errorf("backfill index: %w", err)
+				}
 				done = append(done, id)
 			case rev == 0 || rev == codeNotFound:
 				done = append(done, id)

@@ -309,3 +309,59 @@ func firstDiff(a, b []string) int {
 	}
 	return min(len(a), len(b))
 }
+
+// A status changed by the previous release (which knows no index) is
+// found by a listing, which moves the run's entries and its indexed
+// status: a redrive after that lists the run as running again.
+func TestStatusChangedByPreviousReleaseThenRedriven(t *testing.T) {
+	client := startClient(t)
+	ctx := testCtx(t)
+	prefix := uniquePrefix()
+	s := redisstore.New(client, redisstore.Options{Prefix: prefix})
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "old-1", Workflow: "w", Status: checkpoint.StatusRunning, Step: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous release dead-letters it: the doc and rev change, the
+	// index and st do not.
+	dead := run
+	dead.Status, dead.Error = checkpoint.StatusDead, "boom"
+	doc := fmt.Sprintf(`{"run_id":"old-1","workflow":"w","version":0,"status":"dead","step":1,"step_name":"","error":"boom","created_at":%q,"updated_at":%q}`,
+		run.CreatedAt.Format(time.RFC3339Nano), run.UpdatedAt.Format(time.RFC3339Nano))
+	key := prefix + ":{old-1}:run"
+	if err := client.HSet(ctx, key, "doc", doc).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.HIncrBy(ctx, key, "rev", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	running, err := s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusRunning})
+	if err != nil || len(running) != 0 {
+		t.Fatalf("running after the old release's dead letter: %v, %v; want none", ids(running), err)
+	}
+	deadRuns, err := s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusDead})
+	if err != nil || len(deadRuns) != 1 {
+		t.Fatalf("dead after the listing moved it: %v, %v; want old-1", ids(deadRuns), err)
+	}
+	redriven := deadRuns[0]
+	redriven.Status, redriven.Error = checkpoint.StatusRunning, ""
+	if _, err := s.UpdateRun(ctx, redriven); err != nil {
+		t.Fatal(err)
+	}
+	running, err = s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusRunning})
+	if err != nil || len(running) != 1 {
+		t.Errorf("running after the redrive: %v, %v; want old-1 (repair reads this list)", ids(running), err)
+	}
+	counts, err := s.CountRuns(ctx)
+	if err != nil || counts.Status[checkpoint.StatusRunning] != 1 || counts.Status[checkpoint.StatusDead] != 0 {
+		t.Errorf("counts after the redrive: %v, %v; want 1 running, 0 dead", counts.Status, err)
+	}
+}
+
+func ids(runs []checkpoint.Run) []string {
+	var out []string
+	for _, r := range runs {
+		out = append(out, r.ID)
+	}
+	return out
+}

@@ -60,6 +60,14 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 			if result, err = decodeRun(v[0], v[1]); err != nil {
 				return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", run.ID, err)
 			}
+			if !s.single {
+				// The create that made it may have died before its
+				// index call (a second call in a Cluster): a retry
+				// puts the entries where the record says.
+				if err := s.afterIndex(ctx, result, "*"); err != nil {
+					return result, fmt.Errorf("create run %s: %w (CreateRun again to repair the index)", run.ID, err)
+				}
+			}
 			return result, fmt.Errorf("create run %s: %w", run.ID, checkpoint.ErrRunExists)
 		}
 	}

@@ -56,7 +56,7 @@ local function reindex(p, id, old, new, wf, created, at)
   if redis.call('ZADD', p .. 'ws:' .. wf .. ':' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. new, 1) end
 end
 local function drop(p, id, wf, st, created, tombUntil)
-  unindex(p, id, wf, st)
+  for _, s in ipairs(statuses) do unindex(p, id, wf, s) end
   redis.call('ZREM', p .. 'all', id)
   redis.call('ZREM', p .. 'w:' .. wf, id)
   -- Tombstones are counted by the day they expire (unix days).
@@ -277,9 +277,12 @@ local function gone(k)
     keys = {}
   end
 end
-local cps = {}
+local cps, docs = {}, {}
 for n = 1, last do cps[n] = tag .. 'cp:' .. n end
-local docs = redis.call('MGET', unpack(cps))
+for from = 1, last, 1000 do
+  local got = redis.call('MGET', unpack(cps, from, math.min(last, from + 999)))
+  for i, doc in ipairs(got) do docs[from + i - 1] = doc end
+end
 for n = 1, last do
   local doc = docs[n]
   if doc and string.find(doc, '"fan_out"', 1, true) then
@@ -322,7 +325,23 @@ local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp')
 if not cur[1] then return false end
 local last = tonumber(cur[2] or '0')
 if last < 1 then return {} end
-local keys = {}
-for n = 1, last do keys[n] = ARGV[1] .. n end
-return redis.call('MGET', unpack(keys))
+local out = {}
+for from = 1, last, 1000 do
+  local keys = {}
+  for n = from, math.min(last, from + 999) do keys[#keys + 1] = ARGV[1] .. n end
+  for _, doc in ipairs(redis.call('MGET', unpack(keys))) do out[#out + 1] = doc end
+end
+return out
+`)
+
+// fixScript sets the indexed status st of a run whose record, at
+// revision ARGV[1], is in status ARGV[4] (read by a listing that found
+// it under another status), and on one node moves its index entries
+// there (ARGV[2..7] as indexLua's, the old status '*'). Reply: 1, or 0
+// when the run moved since it was read (its writer indexed it).
+var fixScript = redis.NewScript(indexLua + `
+if redis.call('HGET', KEYS[1], 'rev') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'st', ARGV[4])
+if ARGV[2] ~= '' then reindex(ARGV[2], ARGV[3], '*', ARGV[4], ARGV[5], ARGV[6], ARGV[7]) end
+return 1
 `)
