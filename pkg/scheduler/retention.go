@@ -147,6 +147,13 @@ func (s *Scheduler) mustKeep(ctx context.Context, run checkpoint.Run) (bool, str
 		if err != nil && !errors.Is(err, checkpoint.ErrNotFound) {
 			return true, ""
 		}
+		// A dead parent still in the dead-letter stream may be redriven
+		// and read its children's results again.
+		if err == nil {
+			if keep, _ := s.inDeadLetters(ctx, parent); keep {
+				return true, "its parent " + parent.ID + " is dead and may be redriven"
+			}
+		}
 	}
 	// A parent waits for its children (StartChildren parks it until
 	// every one has ended), so only a cancel, whose cascade to the

@@ -42,6 +42,7 @@ func TestRetentionPurgesOnlyWhatItShould(t *testing.T) {
 			create(checkpoint.Run{ID: "old-waiting", Status: checkpoint.StatusWaiting}, old)
 			create(checkpoint.Run{ID: "live-parent", Status: checkpoint.StatusWaiting}, old)
 			create(checkpoint.Run{ID: "old-child", Status: checkpoint.StatusCompleted, Parent: &checkpoint.ParentRef{RunID: "live-parent", Step: 1}}, old)
+			create(checkpoint.Run{ID: "old-child-of-dlq", Status: checkpoint.StatusCompleted, Parent: &checkpoint.ParentRef{RunID: "old-dead-dlq", Step: 1}}, old)
 			create(checkpoint.Run{ID: "old-parent", Status: checkpoint.StatusRunning}, old)
 			create(checkpoint.Run{ID: "live-child", Status: checkpoint.StatusRunning, Parent: &checkpoint.ParentRef{RunID: "old-parent", Step: 1}}, old)
 			parent := f.Get("old-parent")
@@ -73,7 +74,7 @@ func TestRetentionPurgesOnlyWhatItShould(t *testing.T) {
 					t.Errorf("%s after the purge: %v, want purged", id, err)
 				}
 			}
-			for _, id := range []string{"old-dead-dlq", "fresh-done", "old-waiting", "live-parent", "old-child", "old-parent", "live-child"} {
+			for _, id := range []string{"old-dead-dlq", "old-child-of-dlq", "fresh-done", "old-waiting", "live-parent", "old-child", "old-parent", "live-child"} {
 				if _, err := f.Store.GetRun(ctx, id); err != nil {
 					t.Errorf("%s after the purge: %v, want it kept", id, err)
 				}

@@ -173,7 +173,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	repairs.Add(1)
 	go func() {
 		defer repairs.Done()
-		s.BackfillIndex(ctx, 0)
+		// Repair reads the index: backfill it first, however long
+		// the store takes to answer.
+		for wait := time.Second; !s.BackfillIndex(ctx, 0) && ctx.Err() == nil; wait = min(2*wait, time.Minute) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+		}
+		if s.cfg.Retention > 0 {
+			if _, ok := s.store.(checkpoint.Retention); !ok {
+				s.log.Warn().Dur("retention", s.cfg.Retention).Msg("the checkpoint store cannot purge ended runs: retention is off, every run is kept")
+			}
+		}
 		t := time.NewTicker(s.cfg.RepairInterval)
 		defer t.Stop()
 		for {
@@ -328,11 +340,12 @@ const backfillBatch = 1000
 // holds (checkpoint.IndexBackfill), up to batches calls of backfillBatch
 // runs (0: until done), logging its progress. Repair and the listings
 // read the index, so a scheduler does this first when it starts; it is
-// resumable and idempotent, so several schedulers may do it at once.
-func (s *Scheduler) BackfillIndex(ctx context.Context, batches int) {
+// resumable and idempotent, so several schedulers may do it at once. It
+// reports whether the backfill is done.
+func (s *Scheduler) BackfillIndex(ctx context.Context, batches int) (done bool) {
 	b, ok := s.store.(checkpoint.IndexBackfill)
 	if !ok {
-		return
+		return true
 	}
 	began, logged, total := time.Now(), time.Now(), 0
 	for i := 0; batches == 0 || i < batches; i++ {
@@ -341,21 +354,22 @@ func (s *Scheduler) BackfillIndex(ctx context.Context, batches int) {
 		if err != nil {
 			if ctx.Err() == nil {
 				s.c.errors.Add(1)
-				s.log.Warn().Err(err).Int("indexed", total).Msg("run index backfill failed; the next repair pass goes on")
+				s.log.Warn().Err(err).Int("indexed", total).Msg("run index backfill failed; it goes on shortly")
 			}
-			return
+			return false
 		}
 		if p.Done {
 			if total > 0 {
 				s.log.Info().Int("indexed", total).Dur("took", time.Since(began)).Msg("run index backfilled: runs written before the index are listed again")
 			}
-			return
+			return true
 		}
 		if time.Since(logged) > 5*time.Second {
 			logged = time.Now()
 			s.log.Info().Int("indexed", total).Int("remaining", p.Remaining).Msg("run index backfill under way")
 		}
 	}
+	return false
 }
 
 // Repair walks the active runs: waiting runs missing from the deadline
