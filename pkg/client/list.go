@@ -151,6 +151,12 @@ func (c *Client) ListPage(ctx context.Context, f ListFilter, limit int, after ch
 		if page.Next.IsZero() || len(out.Runs) == limit {
 			return out, nil
 		}
+		// A listing runs newest first by a time no earlier than each
+		// run's creation: past NewerThan, every run after is older.
+		if f.NewerThan > 0 && f.Now.Sub(page.Next.At) >= f.NewerThan {
+			out.Next = checkpoint.RunKey{}
+			return out, nil
+		}
 		if ctx.Err() != nil {
 			return RunsPage{}, ctx.Err()
 		}

@@ -135,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.purgeRate, "purge-rate", scheduler.DefaultPurgeRate, "purge at most this many ended runs a second")
 	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
-	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the runs and consumers for the fleet gauges (each reads every run record)")
+	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the fleet gauges (each reads the run index's counters, the live runs and the consumers)")
 	fs.DurationVar(&o.stuckMin, "stuck-min", time.Minute, "with --metrics: least time without progress that counts a running run as stuck (the threshold is 10x its step's p95, at least this)")
 	fs.DurationVar(&o.ttlGrace, "ttl-grace", time.Minute, "with --metrics: how long past its deadline a wait counts in durable_waits_past_ttl")
 	pos, err := service.ParseArgs(fs, args)
