@@ -113,7 +113,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	if q.workflow != "" {
 		byStatus = counts.Workflow[q.workflow]
 	}
-	for _, st := range checkpoint.Statuses {
+	for _, st := range checkpoint.Statuses() {
 		body.Counts[st] = int(byStatus[st])
 	}
 	writeJSON(w, http.StatusOK, body)
@@ -124,7 +124,7 @@ type runsQuery struct {
 	status   checkpoint.Status
 	workflow string
 	limit    int
-	after    checkpoint.RunKey // the cursor: the last run of the page before
+	after    checkpoint.Cursor // the cursor: the last run of the page before
 }
 
 // parseRunsQuery reads status, workflow, limit and cursor, or says what is
@@ -146,7 +146,7 @@ func parseRunsQuery(r *http.Request) (runsQuery, string) {
 		q.limit = n
 	}
 	if c := v.Get("cursor"); c != "" {
-		k, err := checkpoint.ParseRunKey(c)
+		k, err := checkpoint.ParseCursor(c)
 		if err != nil {
 			return q, fmt.Sprintf("cursor %q: not a cursor this API gave (pass next_cursor back as it is)", c)
 		}

@@ -155,7 +155,7 @@ func (s *historyStore) repair(ctx context.Context, sm *historySamples) error {
 func (s *historyStore) pages(ctx context.Context, sm *historySamples) error {
 	for range historyQuickReps {
 		began := time.Now()
-		page, err := s.cl.ListPage(ctx, client.ListFilter{}, historyPageLimit, checkpoint.RunKey{})
+		page, err := s.cl.ListPage(ctx, client.ListFilter{}, historyPageLimit, checkpoint.Cursor{})
 		sm.page = append(sm.page, time.Since(began))
 		if err != nil {
 			return fmt.Errorf("list page: %w", err)

@@ -42,7 +42,7 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *limit < 0 || *limit > checkpoint.MaxPageLimit {
 		return service.Usagef("runs list: --limit %d: want 0-%d", *limit, checkpoint.MaxPageLimit)
 	}
-	after, err := checkpoint.ParseRunKey(*cursor)
+	after, err := checkpoint.ParseCursor(*cursor)
 	if err != nil {
 		return service.Usagef("runs list: --%v", err)
 	}
@@ -63,7 +63,7 @@ func cmdRunsList(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	defer s.Close()
 	var sums []client.RunSummary
-	var next checkpoint.RunKey
+	var next checkpoint.Cursor
 	if *limit == 0 {
 		sums, err = cl.List(ctx, f)
 		slices.Reverse(sums) // newest first, as pages are

@@ -646,7 +646,7 @@ type Store interface {
 	// for people page with PageRuns.
 	ListRuns(ctx context.Context, f Filter) ([]Run, error)
 	// PageRuns returns one page of the runs matching q, newest first (see
-	// RunKey): it reads the page's runs and index entries, whatever the
+	// Cursor): it reads the page's runs and index entries, whatever the
 	// store holds besides. An invalid query is refused (q.Validate).
 	PageRuns(ctx context.Context, q PageQuery) (RunPage, error)
 	// CountRuns reads the index's counters: runs per status, in all and

@@ -25,36 +25,39 @@ const DefaultPageLimit = 50
 // MaxPageLimit bounds a PageQuery's Limit.
 const MaxPageLimit = 1000
 
-// RunKey is a run's place in a listing: the time it entered the listing
-// (milliseconds) and its id, which breaks ties. A page's Next is the key
-// of its last run: pass it as the next query's After.
-type RunKey struct {
+// Cursor is a place in a listing: a run's, given by the time it entered
+// that listing (milliseconds: its creation, or when it took the status the
+// listing is of) and its id, which breaks ties. A page's Next is the
+// cursor of its last run: pass it as the next query of the same listing's
+// After (a cursor of another listing starts at a place that means nothing
+// there).
+type Cursor struct {
 	At time.Time
 	ID string
 }
 
-// IsZero reports whether k is the zero key (the start of a listing).
-func (k RunKey) IsZero() bool { return k.ID == "" }
+// IsZero reports whether c is the zero cursor (the start of a listing).
+func (c Cursor) IsZero() bool { return c.ID == "" }
 
-// String encodes k as "<unix ms>.<id>", a cursor ParseRunKey reads back.
-func (k RunKey) String() string {
-	if k.IsZero() {
+// String encodes c as "<unix ms>.<id>", which ParseCursor reads back.
+func (c Cursor) String() string {
+	if c.IsZero() {
 		return ""
 	}
-	return strconv.FormatInt(k.At.UnixMilli(), 10) + "." + k.ID
+	return strconv.FormatInt(c.At.UnixMilli(), 10) + "." + c.ID
 }
 
-// ParseRunKey reads a cursor RunKey.String wrote; "" is the zero key.
-func ParseRunKey(s string) (RunKey, error) {
+// ParseCursor reads what Cursor.String wrote; "" is the zero cursor.
+func ParseCursor(s string) (Cursor, error) {
 	if s == "" {
-		return RunKey{}, nil
+		return Cursor{}, nil
 	}
 	ms, id, ok := strings.Cut(s, ".")
 	n, err := strconv.ParseInt(ms, 10, 64)
 	if !ok || err != nil || n < 0 || !ValidID(id) {
-		return RunKey{}, fmt.Errorf("cursor %q: want <unix ms>.<run id>, as a page's next cursor says", s)
+		return Cursor{}, fmt.Errorf("cursor %q: want <unix ms>.<run id>, as a page's next cursor says", s)
 	}
-	return RunKey{At: time.UnixMilli(n).UTC(), ID: id}, nil
+	return Cursor{At: time.UnixMilli(n).UTC(), ID: id}, nil
 }
 
 // PageQuery asks PageRuns for one page of runs, newest first.
@@ -65,9 +68,9 @@ type PageQuery struct {
 	Workflow string
 	// Limit is the page size, 1 to MaxPageLimit; 0 means DefaultPageLimit.
 	Limit int
-	// After starts the page after this key (the previous page's Next);
-	// the zero key starts at the newest run.
-	After RunKey
+	// After starts the page after this cursor (the previous page's
+	// Next); the zero cursor starts at the newest run.
+	After Cursor
 }
 
 // Validate says what is wrong with q, or nil.
@@ -88,9 +91,9 @@ func (q PageQuery) Validate() error {
 type RunPage struct {
 	// Runs newest first, at most the query's Limit.
 	Runs []Run
-	// Next is the key to ask the next page After; zero when this page
+	// Next is the cursor to ask the next page After; zero when this page
 	// holds the last run of the listing.
-	Next RunKey
+	Next Cursor
 }
 
 // RunCounts are the counters of a store's index: how many runs it holds
@@ -112,7 +115,9 @@ func (c RunCounts) Total() int64 {
 
 // Statuses lists every status, live ones first: the order listings and
 // counts show them in.
-var Statuses = []Status{StatusRunning, StatusWaiting, StatusCompleted, StatusFailed, StatusCancelled, StatusDead}
+func Statuses() []Status {
+	return []Status{StatusRunning, StatusWaiting, StatusCompleted, StatusFailed, StatusCancelled, StatusDead}
+}
 
 // IndexBackfill is what a store written before its run indexes existed
 // offers to build them: the scheduler calls BackfillIndex at start until

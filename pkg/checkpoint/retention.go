@@ -50,10 +50,10 @@ type Retention interface {
 	// ErrConflict otherwise; ErrNotFound when it is gone, purged by
 	// another scheduler), with everything stored under it: checkpoints,
 	// journals, failures, branch keys, its audit and approval logs, its
-	// index entries. It leaves a tombstone kept for keep, which GetRun
-	// and CreateRun answer with a *PurgedError; with keep 0 none.
-	// A run that is not ended is refused.
-	Purge(ctx context.Context, run Run, keep time.Duration) error
+	// index entries. It leaves a tombstone kept for tombstoneTTL, which
+	// GetRun and CreateRun answer with a *PurgedError; with 0, none (the
+	// id is free again at once). A run that is not ended is refused.
+	Purge(ctx context.Context, run Run, tombstoneTTL time.Duration) error
 	// Tombstones counts the tombstones kept.
 	Tombstones(ctx context.Context) (int64, error)
 }

@@ -107,16 +107,16 @@ type RunsPage struct {
 	Runs []RunSummary
 	// Next is where the next page starts (ListPage's after); zero after
 	// the last page.
-	Next checkpoint.RunKey
+	Next checkpoint.Cursor
 }
 
 // ListPage returns up to limit (1 to checkpoint.MaxPageLimit) runs
 // matching f that come after the key after, newest first: by creation,
 // or, with a status (PastTTL and Stuck imply one), by when the runs took
-// it (see checkpoint.RunKey). It reads the store's index a page at a
+// it (see checkpoint.Cursor). It reads the store's index a page at a
 // time, so it costs the runs it reads: those it returns, and those f's
 // age, TTL and stuck filters drop on the way.
-func (c *Client) ListPage(ctx context.Context, f ListFilter, limit int, after checkpoint.RunKey) (RunsPage, error) {
+func (c *Client) ListPage(ctx context.Context, f ListFilter, limit int, after checkpoint.Cursor) (RunsPage, error) {
 	if err := f.validate(); err != nil {
 		return RunsPage{}, err
 	}
@@ -154,7 +154,7 @@ func (c *Client) ListPage(ctx context.Context, f ListFilter, limit int, after ch
 		// A listing runs newest first by a time no earlier than each
 		// run's creation: past NewerThan, every run after is older.
 		if f.NewerThan > 0 && f.Now.Sub(page.Next.At) >= f.NewerThan {
-			out.Next = checkpoint.RunKey{}
+			out.Next = checkpoint.Cursor{}
 			return out, nil
 		}
 		if ctx.Err() != nil {

@@ -47,7 +47,7 @@ func TestListPageNewerThanStopsAtTheAge(t *testing.T) {
 			}
 			store := &pageCounter{Store: f.Store}
 			cl := client.New(f.JS, store)
-			page, err := cl.ListPage(ctx, client.ListFilter{NewerThan: time.Hour, Now: now}, 10, checkpoint.RunKey{})
+			page, err := cl.ListPage(ctx, client.ListFilter{NewerThan: time.Hour, Now: now}, 10, checkpoint.Cursor{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -136,11 +136,11 @@ func (c *Client) Stats(ctx context.Context, o StatsOptions) (Stats, error) {
 	}
 	st := Stats{At: o.Now.UTC(), Runs: int(counts.Total()), ByStatus: map[checkpoint.Status]int{}}
 	// Every status is present, zero or not, so scripts can index it.
-	for _, s := range checkpoint.Statuses {
+	for _, s := range checkpoint.Statuses() {
 		st.ByStatus[s] = int(counts.Status[s])
 	}
 	var runs []checkpoint.Run
-	for _, s := range checkpoint.Statuses {
+	for _, s := range checkpoint.Statuses() {
 		var read []checkpoint.Run
 		if s.Terminal() {
 			read, err = c.newest(ctx, s, o.Sample)

@@ -95,7 +95,13 @@ type options struct {
 // ("30d"), as --retention does.
 type Days time.Duration
 
-func (d *Days) String() string { return time.Duration(*d).String() }
+// String prints whole days as days ("30d"), else a Go duration.
+func (d *Days) String() string {
+	if dur := time.Duration(*d); dur > 0 && dur%(24*time.Hour) == 0 {
+		return strconv.Itoa(int(dur/(24*time.Hour))) + "d"
+	}
+	return time.Duration(*d).String()
+}
 
 // Set parses a Go duration or whole days; negative is refused.
 func (d *Days) Set(v string) error {

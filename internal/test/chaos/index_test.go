@@ -43,7 +43,7 @@ func checkIndex(ctx context.Context, e *env) ([]string, error) {
 		return nil, err
 	}
 	var problems []string
-	for _, st := range checkpoint.Statuses {
+	for _, st := range checkpoint.Statuses() {
 		want := truth[st]
 		slices.Sort(want)
 		listed, err := e.store.ListRuns(ctx, checkpoint.Filter{Status: st})

@@ -127,9 +127,9 @@ func pageAll(t *testing.T, s checkpoint.Store, q checkpoint.PageQuery) (string, 
 		if last := p.Runs[len(p.Runs)-1]; p.Next.ID != last.ID {
 			t.Fatalf("PageRuns(%+v): Next %v, want the key of the page's last run %s", q, p.Next, last.ID)
 		}
-		after, err := checkpoint.ParseRunKey(p.Next.String())
+		after, err := checkpoint.ParseCursor(p.Next.String())
 		if err != nil {
-			t.Fatalf("ParseRunKey(%q): %v", p.Next.String(), err)
+			t.Fatalf("ParseCursor(%q): %v", p.Next.String(), err)
 		}
 		q.After = after
 	}
@@ -358,7 +358,7 @@ func testPageRunsInvalid(t *testing.T, s checkpoint.Store) {
 // records, and that PageRuns lists the same runs.
 func wantLists(t *testing.T, s checkpoint.Store, what string, want map[checkpoint.Status]string) {
 	t.Helper()
-	for _, st := range checkpoint.Statuses {
+	for _, st := range checkpoint.Statuses() {
 		runs, err := s.ListRuns(ctx(t), checkpoint.Filter{Status: st})
 		if err != nil {
 			t.Fatalf("%s: ListRuns(%s): %v", what, st, err)

@@ -213,7 +213,7 @@ func BenchmarkListLive(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Run("PageRuns-middle", func(b *testing.B) {
-				q := checkpoint.PageQuery{Limit: 50, After: checkpoint.RunKey{At: mid.CreatedAt, ID: mid.ID}}
+				q := checkpoint.PageQuery{Limit: 50, After: checkpoint.Cursor{At: mid.CreatedAt, ID: mid.ID}}
 				for b.Loop() {
 					if p, err := s.PageRuns(ctx, q); err != nil || len(p.Runs) != 50 {
 						b.Fatalf("PageRuns(%+v) = %d runs, %v", q, len(p.Runs), err)

@@ -28,8 +28,8 @@ type ixEntry struct {
 	workflow string
 }
 
-func (e ixEntry) runKey() checkpoint.RunKey {
-	return checkpoint.RunKey{At: time.UnixMilli(e.ms).UTC(), ID: e.id}
+func (e ixEntry) runKey() checkpoint.Cursor {
+	return checkpoint.Cursor{At: time.UnixMilli(e.ms).UTC(), ID: e.id}
 }
 
 // before orders entries newest first: by time, then by id.
@@ -42,7 +42,7 @@ func (e ixEntry) before(o ixEntry) bool {
 
 // after reports whether e comes after the cursor k in a listing, newest
 // first (the zero key comes before everything).
-func (e ixEntry) after(k checkpoint.RunKey) bool {
+func (e ixEntry) after(k checkpoint.Cursor) bool {
 	if k.IsZero() {
 		return true
 	}
@@ -98,7 +98,7 @@ const staleAfter = 2 * time.Minute
 
 // listed is a run found through an index entry.
 type listed struct {
-	key checkpoint.RunKey
+	key checkpoint.Cursor
 	run checkpoint.Run
 }
 
@@ -214,7 +214,7 @@ func (s *Store) PageRuns(ctx context.Context, q checkpoint.PageQuery) (checkpoin
 type flatSource struct {
 	s       *Store
 	l       ixList
-	after   checkpoint.RunKey
+	after   checkpoint.Cursor
 	entries []ixEntry
 	read    bool
 }
@@ -260,7 +260,7 @@ func (s *Store) readLive(ctx context.Context, st checkpoint.Status, wf string) (
 // listing down its trie.
 func (s *Store) readEntries(ctx context.Context, l ixList) ([]ixEntry, error) {
 	if l.trie {
-		return s.source(l, checkpoint.RunKey{}).next(ctx, math.MaxInt)
+		return s.source(l, checkpoint.Cursor{}).next(ctx, math.MaxInt)
 	}
 	msgs, err := s.readLive(ctx, l.status, l.workflow)
 	if err != nil {
@@ -284,7 +284,7 @@ func (s *Store) readEntries(ctx context.Context, l ixList) ([]ixEntry, error) {
 type trieSource struct {
 	s     *Store
 	l     ixList
-	after checkpoint.RunKey
+	after checkpoint.Cursor
 	// path holds the cursor's bucket at each level.
 	path    [trieTop + 1]int64
 	stack   []trieFrame
@@ -314,7 +314,7 @@ type trieFrame struct {
 	onPath bool
 }
 
-func (s *Store) source(l ixList, after checkpoint.RunKey) entrySource {
+func (s *Store) source(l ixList, after checkpoint.Cursor) entrySource {
 	if !l.trie {
 		return &flatSource{s: s, l: l, after: after}
 	}

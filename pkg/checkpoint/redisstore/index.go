@@ -127,7 +127,7 @@ func (s *Store) fixIndex(ctx context.Context, run checkpoint.Run) error {
 
 // cmpNewest orders keys newest first, then by id, descending (the order
 // of ZREVRANGEBYSCORE within a score).
-func cmpNewest(a, b checkpoint.RunKey) int {
+func cmpNewest(a, b checkpoint.Cursor) int {
 	if c := b.At.Compare(a.At); c != 0 {
 		return c
 	}
@@ -166,7 +166,7 @@ func (s *Store) PageRuns(ctx context.Context, q checkpoint.PageQuery) (checkpoin
 
 // newest returns the keys of the newest n index entries q selects after
 // q.After, over every shard: n from each shard in one pipeline, merged.
-func (s *Store) newest(ctx context.Context, q checkpoint.PageQuery, n int) ([]checkpoint.RunKey, error) {
+func (s *Store) newest(ctx context.Context, q checkpoint.PageQuery, n int) ([]checkpoint.Cursor, error) {
 	max := "+inf"
 	if !q.After.IsZero() {
 		max = strconv.FormatInt(q.After.At.UnixMilli(), 10)
@@ -184,12 +184,12 @@ func (s *Store) newest(ctx context.Context, q checkpoint.PageQuery, n int) ([]ch
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	var all []checkpoint.RunKey
+	var all []checkpoint.Cursor
 	for k, cmd := range cmds {
 		zs, offset, kept := cmd.Val(), 0, 0
 		for {
 			for _, z := range zs {
-				key := checkpoint.RunKey{At: time.UnixMilli(int64(z.Score)).UTC(), ID: z.Member.(string)}
+				key := checkpoint.Cursor{At: time.UnixMilli(int64(z.Score)).UTC(), ID: z.Member.(string)}
 				if !q.After.IsZero() && cmpNewest(q.After, key) >= 0 {
 					continue // the cursor, or an entry before it in its millisecond
 				}

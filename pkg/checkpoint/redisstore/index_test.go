@@ -95,7 +95,7 @@ func TestBackfillFromPreviousFormat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range checkpoint.Statuses {
+	for _, st := range checkpoint.Statuses() {
 		if counts.Status[st] != want[st] {
 			t.Errorf("count of %s = %d, want %d", st, counts.Status[st], want[st])
 		}

@@ -57,7 +57,7 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 		return nil, fmt.Errorf("ended runs: limit %d, want at least 1", limit)
 	}
 	var ended []checkpoint.Status
-	for _, st := range checkpoint.Statuses {
+	for _, st := range checkpoint.Statuses() {
 		if st.Terminal() {
 			ended = append(ended, st)
 		}
@@ -95,7 +95,7 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 
 // Purge deletes run and every key stored under it in one script
 // (purgeScript), compare-and-set on run.Rev, leaving the tombstone.
-func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duration) error {
+func (s *Store) Purge(ctx context.Context, run checkpoint.Run, tombstoneTTL time.Duration) error {
 	if err := readID(run.ID); err != nil {
 		return fmt.Errorf("purge run: %w", err)
 	}
@@ -108,15 +108,15 @@ func (s *Store) Purge(ctx context.Context, run checkpoint.Run, keep time.Duratio
 		return fmt.Errorf("purge run %s: %w", run.ID, err)
 	}
 	var until int64
-	if keep > 0 {
-		until = now.Add(keep).UnixMilli()
+	if tombstoneTTL > 0 {
+		until = now.Add(tombstoneTTL).UnixMilli()
 	}
 	p := s.shardPrefix(shardOf(run.ID))
 	argP := p
 	if !s.single {
 		argP = ""
 	}
-	code, err := s.batch.run(ctx, purgeScript, []string{s.runKey(run.ID)}, strconv.FormatUint(run.Rev, 10), doc, keep.Milliseconds(),
+	code, err := s.batch.run(ctx, purgeScript, []string{s.runKey(run.ID)}, strconv.FormatUint(run.Rev, 10), doc, tombstoneTTL.Milliseconds(),
 		argP, run.ID, run.Workflow, run.CreatedAt.UnixMilli(), until, s.tag(run.ID), run.Step+1).Int64()
 	if err != nil {
 		return fmt.Errorf("purge run %s: %w", run.ID, err)
@@ -185,12 +185,12 @@ func (s *Store) Tombstones(ctx context.Context) (int64, error) {
 // fair share of limit, and reads on only in the zsets whose page ended
 // before the limit-th entry of the merge so far: what it fetches is
 // about limit, not limit for each zset.
-func (s *Store) earliest(ctx context.Context, zsets []string, max string, limit int) ([]checkpoint.RunKey, error) {
+func (s *Store) earliest(ctx context.Context, zsets []string, max string, limit int) ([]checkpoint.Cursor, error) {
 	page := limit/len(zsets) + 8
 	offset := make([]int, len(zsets))
 	open := make([]bool, len(zsets)) // the last page was full: more may follow
 	last := make([]float64, len(zsets))
-	var keys []checkpoint.RunKey
+	var keys []checkpoint.Cursor
 	todo := make([]int, len(zsets))
 	for i := range todo {
 		todo[i] = i
@@ -207,13 +207,13 @@ func (s *Store) earliest(ctx context.Context, zsets []string, max string, limit 
 		for j, i := range todo {
 			zs := cmds[j].Val()
 			for _, z := range zs {
-				keys = append(keys, checkpoint.RunKey{At: time.UnixMilli(int64(z.Score)), ID: z.Member.(string)})
+				keys = append(keys, checkpoint.Cursor{At: time.UnixMilli(int64(z.Score)), ID: z.Member.(string)})
 				last[i] = z.Score
 			}
 			offset[i] += len(zs)
 			open[i] = len(zs) == page
 		}
-		slices.SortFunc(keys, func(a, b checkpoint.RunKey) int {
+		slices.SortFunc(keys, func(a, b checkpoint.Cursor) int {
 			if c := a.At.Compare(b.At); c != 0 {
 				return c
 			}
