@@ -2,12 +2,10 @@ package kvstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 var _ checkpoint.IndexBackfill = (*Store)(nil)
@@ -165,27 +163,5 @@ func (s *Store) backfillRun(ctx context.Context, m ixMsg) (bool, error) {
 // on a key matching filter, as the stream's leader has it, 0 when there
 // is none.
 func (s *Store) leaderNext(ctx context.Context, filter string, seq uint64) (uint64, error) {
-	req, err := json.Marshal(map[string]any{"next_by_subj": s.subjects + filter, "seq": seq, "no_hdr": true})
-	if err != nil {
-		return 0, err
-	}
-	rctx, cancel := s.bounded(ctx)
-	msg, err := s.nc.RequestWithContext(rctx, s.msgGet, req)
-	cancel()
-	if err != nil {
-		return 0, err
-	}
-	var reply msgGetReply
-	if err := json.Unmarshal(msg.Data, &reply); err != nil {
-		return 0, fmt.Errorf("decode message get reply: %w", err)
-	}
-	switch {
-	case reply.Error != nil && reply.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, nil
-	case reply.Error != nil:
-		return 0, reply.Error
-	case reply.Message == nil:
-		return 0, errors.New("message get reply without a message")
-	}
-	return reply.Message.Seq, nil
+	return s.msgGetSeq(ctx, map[string]any{"next_by_subj": s.subjects + filter, "seq": seq, "no_hdr": true})
 }

@@ -99,15 +99,19 @@ func (c *workflowCache) put(seq uint64, list []checkpoint.WorkflowInfo) {
 // matching filter (a delete marker included), 0 when there is none. The
 // KV API has no such read; STREAM.MSG.GET answers it for a wildcard.
 func (s *Store) lastSeq(ctx context.Context, filter string) (uint64, error) {
-	req, err := json.Marshal(struct {
-		LastFor string `json:"last_by_subj"`
-		NoHdr   bool   `json:"no_hdr"`
-	}{s.subjects + filter, true})
+	return s.msgGetSeq(ctx, map[string]any{"last_by_subj": s.subjects + filter, "no_hdr": true})
+}
+
+// msgGetSeq sends req, a STREAM.MSG.GET request, to the stream's leader
+// and returns the sequence of the message it answers with, 0 when none
+// matches.
+func (s *Store) msgGetSeq(ctx context.Context, req any) (uint64, error) {
+	data, err := json.Marshal(req)
 	if err != nil {
 		return 0, err
 	}
 	rctx, cancel := s.bounded(ctx)
-	msg, err := s.nc.RequestWithContext(rctx, s.msgGet, req)
+	msg, err := s.nc.RequestWithContext(rctx, s.msgGet, data)
 	cancel()
 	if err != nil {
 		return 0, err
