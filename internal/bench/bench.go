@@ -67,6 +67,11 @@ type Config struct {
 	// Runs, LatencyRuns, Parked and FanOutOnly do not apply). 0 leaves it
 	// out.
 	History int
+	// HistoryRounds and HistoryWaiting shrink the history phase for a
+	// test: rounds per measure (default 31) and waiting runs (default
+	// HistoryWaitingRuns). Figures from a shrunk phase are not the
+	// issue's.
+	HistoryRounds, HistoryWaiting int
 	// Dir holds the servers' data and the worker logs. Default: a new
 	// temporary directory, removed at the end.
 	Dir string
@@ -291,8 +296,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	rep := b.report
 	rep.Started = began.UTC()
 	if b.cfg.History > 0 {
+		waiting := HistoryWaitingRuns
+		if b.cfg.HistoryWaiting > 0 {
+			waiting = b.cfg.HistoryWaiting
+		}
 		b.progress.linef("durable bench: history, %d ended runs beside %d waiting and %d running, on %s",
-			b.cfg.History, HistoryWaitingRuns, HistoryRunningRuns, strings.Join(b.Systems(), ", "))
+			b.cfg.History, waiting, HistoryRunningRuns, strings.Join(b.Systems(), ", "))
 		if rep.History, err = b.History(ctx, b.cfg.History); err != nil {
 			return nil, err
 		}

@@ -24,7 +24,7 @@ func TestHistoryPhase(t *testing.T) {
 	var progress bytes.Buffer
 	const n = 2000
 	rep, err := bench.Run(ctx, bench.Config{
-		Stores: []string{bench.StoreRedis}, History: n, WorkerCommand: testWorker,
+		Stores: []string{bench.StoreRedis}, History: n, HistoryRounds: 3, HistoryWaiting: 100, WorkerCommand: testWorker,
 		WorkerLogLevel: "warn", Progress: &progress, Dir: t.TempDir(),
 	})
 	if err != nil {

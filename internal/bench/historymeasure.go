@@ -109,7 +109,7 @@ func (s *historySamples) figures() HistoryFigures {
 func (h *historyPhase) measure(ctx context.Context, what string) (main, twin HistoryFigures, err error) {
 	runtime.GC() // what an earlier step left is not the scan's
 	var ms, ts historySamples
-	for r := -1; r < historyRounds; r++ {
+	for r := -1; r < h.rounds; r++ {
 		pair := []*historyStore{h.main, h.twin}
 		samples := map[*historyStore]*historySamples{h.main: &ms, h.twin: &ts}
 		if r < 0 {
@@ -178,7 +178,7 @@ func (s *historyStore) runsList(ctx context.Context, sm *historySamples) error {
 	if err != nil {
 		return fmt.Errorf("runs list: %w", err)
 	}
-	return checkRuns("runs list --status waiting", waiting, HistoryWaitingRuns)
+	return checkRuns("runs list --status waiting", waiting, s.waiting)
 }
 
 // apiRuns times GET /api/runs through the approver's handler.
@@ -221,7 +221,7 @@ func (s *historyStore) gauges(ctx context.Context, sm *historySamples) error {
 	if rec.Code != http.StatusOK {
 		return fmt.Errorf("GET /metrics: %d", rec.Code)
 	}
-	want := fmt.Sprintf(`durable_runs{status="waiting",workflow="%s"} %d`, ParkWorkflow, HistoryWaitingRuns)
+	want := fmt.Sprintf(`durable_runs{status="waiting",workflow="%s"} %d`, ParkWorkflow, s.waiting)
 	sc := bufio.NewScanner(rec.Body)
 	for sc.Scan() {
 		if sc.Text() == want {

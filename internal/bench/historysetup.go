@@ -38,6 +38,8 @@ type historyPhase struct {
 	storeBytes func(ctx context.Context) (int64, error)
 	footprint  func(ctx context.Context, id string, write func() error) (RunFootprint, error)
 	settle     func(ctx context.Context) error
+	// rounds of each measure (historyRounds unless the bench shrinks it).
+	rounds int
 }
 
 // historyStore is one store of the phase, its live work and the
@@ -53,6 +55,8 @@ type historyStore struct {
 	inst      *historyInstruments
 	// probes counts the runs started to measure Start.
 	probes int
+	// waiting is how many runs the live work parks.
+	waiting int
 }
 
 // id names run i of a kind of the store's runs: end (the fill), tmp (the
@@ -65,6 +69,14 @@ func (b *Bench) newHistoryPhase(ctx context.Context, sys *system, res *HistoryRe
 	h := &historyPhase{b: b, sys: sys, label: sys.name + " history", res: res,
 		main: &historyStore{ids: sys.name + "-h", cl: sys.client, store: sys.client.Store()}}
 	twin := &historyStore{name: historyTwinName, ids: sys.name + "-t"}
+	h.rounds, h.main.waiting = historyRounds, HistoryWaitingRuns
+	if b.cfg.HistoryRounds > 0 {
+		h.rounds = b.cfg.HistoryRounds
+	}
+	if b.cfg.HistoryWaiting > 0 {
+		h.main.waiting = b.cfg.HistoryWaiting
+	}
+	twin.waiting, res.WaitingRuns, res.Rounds = h.main.waiting, h.main.waiting, h.rounds
 	switch sys.name {
 	case SystemDurableRedis:
 		twin.store = redisstore.New(b.rdb, redisstore.Options{Prefix: historyTwinName})
@@ -249,7 +261,7 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 		return err
 	}
 	defer wp.stop(workerGrace)
-	ids := make([]string, HistoryWaitingRuns)
+	ids := make([]string, s.waiting)
 	for i := range ids {
 		ids[i] = s.id("wait", i)
 	}
@@ -257,7 +269,7 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 	if s.name != "" {
 		label += ", " + s.name
 	}
-	h.b.progress.begin(label, HistoryWaitingRuns)
+	h.b.progress.begin(label, s.waiting)
 	began := time.Now()
 	err = forEach(ctx, ids, parkStartConcurrency, func(ctx context.Context, id string) error {
 		_, created, err := s.cl.Start(ctx, client.StartRequest{Workflow: ParkWorkflow, RunID: id, Input: ParkInput(id, historyWaitTTL), By: "bench"})
@@ -277,7 +289,7 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w; worker log %s", h.label, err, wp.logPath)
 	}
-	h.b.progress.end("%d running runs queued, %d runs parked in %.1fs", HistoryRunningRuns, HistoryWaitingRuns, time.Since(began).Seconds())
+	h.b.progress.end("%d running runs queued, %d runs parked in %.1fs", HistoryRunningRuns, s.waiting, time.Since(began).Seconds())
 	return nil
 }
 
