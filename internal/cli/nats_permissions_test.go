@@ -410,6 +410,15 @@ func TestNATSPermissions(t *testing.T) {
 	if _, err := sjs.Publish(pctx, "durable.events.claim.reminder", []byte(`{}`)); err != nil {
 		t.Fatalf("scheduler publishes a reminder event: %v", err)
 	}
+	// Retention: the scheduler deletes a purged run's keys, checkpoints
+	// included, with the stream's purge by key (it writes none of them).
+	kvStream, err := sjs.Stream(pctx, "KV_durable")
+	if err != nil {
+		t.Fatalf("scheduler reads the checkpoint bucket's stream: %v", err)
+	}
+	if err := kvStream.Purge(pctx, jetstream.WithPurgeSubject("$KV.durable.cp.sec-none.1")); err != nil {
+		t.Fatalf("scheduler purges a run's checkpoint key: %v", err)
+	}
 	// Dead letters are the worker's; no run here dies.
 	wjs, err := jetstream.New(conns["worker"].nc)
 	if err != nil {
