@@ -181,6 +181,29 @@ func (s *Store) readPrefix(ctx context.Context, filter string) ([]ixMsg, error) 
 	}
 }
 
+// batchReads reports whether readFrom may be used: direct gets answered
+// by the one replica there is.
+func (s *Store) batchReads() bool { return s.directAPI != "" && !s.leaderReads }
+
+// readFrom reads up to n messages on keys matching filter in stream
+// order from sequence from (one direct get batch; see above for what it
+// costs), markers included, and returns the sequence to go on from and
+// whether more follow. Only where batchReads.
+func (s *Store) readFrom(ctx context.Context, filter string, from uint64, n int) (msgs []ixMsg, next uint64, more bool, err error) {
+	req := map[string]any{"next_by_subj": s.subjects + filter, "batch": n}
+	if from > 0 {
+		req["seq"] = from
+	}
+	msgs, eob, err := s.directRead(ctx, req)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read %s: %w", filter, err)
+	}
+	if len(msgs) == 0 {
+		return nil, from, false, nil
+	}
+	return msgs, msgs[len(msgs)-1].seq + 1, eob != nil && headerUint(eob, hdrNumPending) > 0, nil
+}
+
 // readLast reads the newest message of every key matching any of
 // filters, at most 1024 keys (errTooMany beyond). On a replicated bucket
 // the replica that answers must have applied everything the leader had

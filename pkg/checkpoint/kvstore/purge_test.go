@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -390,4 +391,59 @@ func TestEndedBeforeRemovesEmptyDirectories(t *testing.T) {
 	if ended, err := s.EndedBefore(ctx, time.Now(), 100); err != nil || len(ended) != 1 || ended[0].ID != "old-again" {
 		t.Fatalf("EndedBefore after a run ended under a removed directory = %v, %v; want old-again", ended, err)
 	}
+}
+
+// A burst of runs that ended within one leaf's 16 ms, more than one read
+// returns (1024), is read a millisecond at a time, and within one as far
+// as EndedBefore needs: earliest first, every run once.
+func TestEndedBeforeReadsABurst(t *testing.T) {
+	js := connect(t)
+	s, _ := newStore(t, js)
+	ctx := testCtx(t)
+	t0 := time.UnixMilli(time.Now().Add(-2*time.Hour).UnixMilli() &^ 15).UTC() // a leaf's first millisecond
+	create := func(id string, at time.Time) {
+		if _, err := s.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "w", Status: checkpoint.StatusCompleted, Step: 1, CreatedAt: at, UpdatedAt: at}); err != nil {
+			t.Error(err)
+		}
+	}
+	const burst = 1100
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < burst; i += 16 {
+				create(fmt.Sprintf("burst-%04d", i), t0.Add(3*time.Millisecond))
+			}
+		})
+	}
+	wg.Wait()
+	create("first", t0.Add(2*time.Millisecond))
+	create("last", t0.Add(9*time.Millisecond))
+	create("later", t0.Add(time.Second))
+
+	first, err := s.EndedBefore(ctx, time.Now(), 3)
+	if err != nil || len(first) != 3 || first[0].ID != "first" || !strings.HasPrefix(first[1].ID, "burst-") {
+		t.Fatalf("EndedBefore(3) = %v, %v; want first, then two of the burst", runIDs(first), err)
+	}
+	all, err := s.EndedBefore(ctx, time.Now(), 2000)
+	if err != nil || len(all) != burst+3 {
+		t.Fatalf("EndedBefore(2000) = %d runs, %v; want %d", len(all), err, burst+3)
+	}
+	seen := map[string]bool{}
+	for i, r := range all {
+		if seen[r.ID] || (i > 0 && r.UpdatedAt.Before(all[i-1].UpdatedAt)) {
+			t.Fatalf("EndedBefore(2000): %s at %d listed twice or out of order", r.ID, i)
+		}
+		seen[r.ID] = true
+	}
+	if all[burst+1].ID != "last" || all[burst+2].ID != "later" {
+		t.Fatalf("EndedBefore(2000) ends with %v, want last, later", runIDs(all[burst+1:]))
+	}
+}
+
+func runIDs(runs []checkpoint.Run) []string {
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	return ids
 }

@@ -58,6 +58,21 @@ type trieSource struct {
 	// pruneBefore: a subtree whose time ends before it (unix ms) may be
 	// removed when found empty.
 	pruneBefore int64
+	// big is a leaf of more than 1024 entries being read oldest first.
+	big *bigLeaf
+}
+
+// bigLeaf is a leaf of more than 1024 entries (a burst of runs ending in
+// 16 ms) that an oldest-first walk reads a millisecond at a time, and
+// within one in stream order, as many entries at a time as it needs:
+// entries of one millisecond tie, and what a read costs grows with what
+// it needs, not with the burst (EndedBefore reads the oldest entries
+// again on every call, as the purges remove them). A newest-first walk
+// reads such a leaf whole (readPrefix).
+type bigLeaf struct {
+	b0, ms int64
+	// from is the stream sequence the next read of ms starts at.
+	from uint64
 }
 
 // pruneAge is how old the end of an empty subtree's time must be for a
@@ -147,6 +162,12 @@ func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 				}
 			}
 			if err := t.enter(ctx, trieNode{level: trieTop + 1}, "", 0, t.bounded); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if t.big != nil {
+			if err := t.readBig(ctx, n-len(t.buf)); err != nil {
 				return nil, err
 			}
 			continue
@@ -291,6 +312,33 @@ func (t *trieSource) enter(ctx context.Context, node trieNode, key string, seq u
 	return nil
 }
 
+// readBig reads the next entries of t.big, up to need (at least 64) of
+// one millisecond, and moves to the next millisecond once one is read.
+func (t *trieSource) readBig(ctx context.Context, need int) error {
+	b := t.big
+	if b.ms >= (b.b0+1)<<trieShift[0] || b.ms >= t.before {
+		t.big = nil
+		return nil
+	}
+	filter := t.l.prefix + ".e." + itoa(b.b0) + "." + itoa(b.ms) + ".>"
+	msgs, next, more, err := t.s.readFrom(ctx, filter, b.from, max(need, 64))
+	if err != nil {
+		return err
+	}
+	var got []ixEntry
+	for _, m := range msgs {
+		if e, ok := t.l.parse(m); ok {
+			got = append(got, e)
+		}
+	}
+	sort.Slice(got, func(i, j int) bool { return earlier(got[i], got[j]) })
+	t.buf = append(t.buf, got...)
+	if b.from = next; !more {
+		b.ms, b.from = b.ms+1, 0
+	}
+	return nil
+}
+
 // maxLeafGroup bounds the leaves read at once.
 const maxLeafGroup = 256
 
@@ -315,6 +363,12 @@ func (t *trieSource) readLeaves(ctx context.Context, f *trieFrame, need int) err
 		if errors.Is(err, errTooMany) && g > 1 {
 			g /= 2
 			continue
+		}
+		if errors.Is(err, errTooMany) && t.asc && t.s.batchReads() {
+			f.i++
+			f.held = true
+			t.big = &bigLeaf{b0: leaves[0].b, ms: leaves[0].b << trieShift[0]}
+			return nil
 		}
 		if errors.Is(err, errTooMany) {
 			msgs, err = t.s.readPrefix(ctx, filters[0])
