@@ -128,7 +128,9 @@
 // removes those it read whole and found empty, when their time ended over
 // an hour ago (trieSource), and a write of an entry stores again, after
 // it, the directories on its path whose time ended ten minutes ago or
-// more, so that it is never left under a removed one.
+// more, so that it is never left under a removed one. EndedBefore walks
+// the listings of the ended statuses, and, once a retention pass has
+// found every run up to its cutoff, sweeps the others (sweep).
 //
 // CountRuns reads no run and keeps no counter: it counts the entries, the
 // live ones by reading their listing, the ended ones as the server
@@ -166,9 +168,10 @@
 // and deletes it before the status entries. The record is never a marker
 // during a purge, which a create would take over: no writer reopens a
 // key of the run while it goes but a late one, whose commit deletes its
-// checkpoint again (see above). A journal or failures key that a step
-// begun before the run ended writes after the purge listed the keys
-// stays: only a step that outlived the retention can.
+// checkpoint again (see above). A journal entry (RecordCall reads no
+// run) or a branch result that a step begun before the run ended writes
+// after the purge listed the keys stays: only a step that outlived the
+// retention can write one.
 //
 // A purge costs, for a run of n keys (a one-step run with a model call:
 // n = 2): a write of the tombstone, a listing of the run's keys (one
@@ -176,7 +179,10 @@
 // of alive and due, which on a replicated one are purged blind), one
 // purge request per key and per index entry (n + 4), and a write of the
 // entry that counts the tombstone (run.=ix.t.<R>, with the tombstone's
-// TTL; Tombstones counts them as CountRuns counts entries). A purge that
+// TTL; Tombstones counts them as CountRuns counts entries): two messages
+// written, and about 325 bytes of the stream kept per tombstone, once
+// the walks removed the emptied directories (1,000 one-step runs on this
+// project's test VM, against about 2 KB per run before). A purge that
 // stops after its tombstone (a crash) leaves the run's status entries:
 // EndedBefore, which reads the ended listings oldest first, finds the
 // tombstone behind one and finishes the purge; the creation entries it

@@ -21,6 +21,10 @@ func SetAfterRecord(s *Store, fn func(ctx context.Context)) { s.afterRecord = fn
 func SetAfterTomb(s *Store, fn func(ctx context.Context)) { s.afterTomb = fn }
 func SetFinishAfter(s *Store, d time.Duration)            { s.finishAfter = d }
 
+// SweepNow makes s's next EndedBefore that finds fewer runs than its
+// limit sweep, however recent its last sweep.
+func SweepNow(s *Store) { s.swept.Store(0) }
+
 // Batches reports whether s commits in one atomic batch, deciding as its
 // first commit would when it has not yet.
 func Batches(s *Store) bool {

@@ -339,6 +339,17 @@ func (s *Store) ListRuns(ctx context.Context, f checkpoint.Filter) ([]checkpoint
 	return runs, nil
 }
 
+// workflowNames are the workflows the names read (run.=ix.n.*) hold.
+func workflowNames(names []ixMsg) []string {
+	var wfs []string
+	for _, m := range names {
+		if !m.marker {
+			wfs = append(wfs, strings.TrimPrefix(m.key, ixPrefix+"n."))
+		}
+	}
+	return wfs
+}
+
 var endedStatuses = []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead}
 
 // CountRuns counts the index's entries, reading no run: the live ones
@@ -400,10 +411,8 @@ func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
 	var counts []count
 	for _, st := range endedStatuses {
 		counts = append(counts, count{st, noWorkflow})
-		for _, m := range names {
-			if !m.marker {
-				counts = append(counts, count{st, strings.TrimPrefix(m.key, ixPrefix+"n.")})
-			}
+		for _, wf := range workflowNames(names) {
+			counts = append(counts, count{st, wf})
 		}
 	}
 	err = parallel(len(counts), func(i int) error {

@@ -78,6 +78,10 @@ const tombFilter = ixPrefix + "t.*"
 // directories of the listings that purges emptied (see trieSource), so
 // that the next walk does not read them again.
 //
+// When it finds fewer than limit runs (the listings are read up to the
+// cutoff: a retention pass is done), it sweeps the other listings a run
+// has entries in (see sweep), at most once a minute.
+//
 // An entry whose record is a tombstone is a purge under way, or one that
 // stopped before its end (its status entries go last): EndedBefore
 // finishes it once the tombstone is finishAfter old, and leaves it to
@@ -129,7 +133,57 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 			}
 		}
 	}
+	if len(out) < limit && s.sweepDue() {
+		_ = s.sweep(ctx, cutoff.UnixMilli()) // removes what is empty: the next sweep goes on
+	}
 	return out, nil
+}
+
+// sweepEvery bounds how often a store sweeps; sweepBudget is how many
+// entries a sweep reads in one listing before it stops: the runs kept
+// before the cutoff, at the start of a listing, that a sweep reads every
+// time (the oldest live runs; the runs created before the cutoff that
+// ended after it, which move on with the cutoff). A listing with more of
+// them keeps the directories behind the budget until they go.
+const (
+	sweepEvery  = time.Minute
+	sweepBudget = 10000
+)
+
+// sweepDue reports whether this store has not swept for sweepEvery, and
+// if so takes the turn.
+func (s *Store) sweepDue() bool {
+	last := s.swept.Load()
+	now := time.Now().UnixNano()
+	return now-last >= int64(sweepEvery) && s.swept.CompareAndSwap(last, now)
+}
+
+// sweep walks, oldest first up to before, the listings by creation (all,
+// and each workflow's) and those of the ended statuses by workflow:
+// EndedBefore walks only the ended statuses of every workflow, and the
+// directories that purges emptied in the others would stay for good
+// otherwise (a newest-first walk reaches them only on a page that far
+// back). Each walk reads its listing's oldest entries, up to
+// sweepBudget, and removes on the way the directories it finds empty
+// (see trieSource): what a sweep costs grows with the runs kept before
+// the cutoff, at most sweepBudget for each listing, and with what it
+// removes, once, not with the runs purged before.
+func (s *Store) sweep(ctx context.Context, before int64) error {
+	names, err := s.readSharded(ctx, []string{ixPrefix + "n.*"})
+	if err != nil {
+		return err
+	}
+	lists := []ixList{createdList()}
+	for _, wf := range append([]string{noWorkflow}, workflowNames(names)...) {
+		lists = append(lists, workflowList(wf))
+		for _, st := range endedStatuses {
+			lists = append(lists, statusList(st, wf))
+		}
+	}
+	return parallel(len(lists), func(i int) error {
+		_, err := s.ascending(lists[i], before).next(ctx, sweepBudget)
+		return err
+	})
 }
 
 // finishAfter is how old a tombstone whose run still has status entries

@@ -336,9 +336,10 @@ func keysOfFresh(t *testing.T, js jetstream.JetStream, bucket string) []string {
 
 // Purging a listing's old entries empties its directories: the next walk
 // removes them (those whose time ended over an hour ago), so that a walk
-// does not read them again and again. A run that ends later at a time
-// under a removed directory is still found: its write stores the
-// directories again.
+// does not read them again and again, in the listings EndedBefore walks
+// and in those it sweeps when done (by creation, by workflow). A run
+// that ends later at a time under a removed directory is still found:
+// its write stores the directories again.
 func TestEndedBeforeRemovesEmptyDirectories(t *testing.T) {
 	js := connect(t)
 	s, bucket := newStore(t, js)
@@ -359,20 +360,24 @@ func TestEndedBeforeRemovesEmptyDirectories(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every time listing: of the status (EndedBefore's), by creation,
+	// by workflow (the sweep's).
 	dirs := func() []string {
 		st, err := js.Stream(ctx, "KV_"+bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+bucket+".run.=ix.s.completed.>"))
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+bucket+".run.=ix.>"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var keys []string
 		for subject := range info.State.Subjects {
-			key := strings.TrimPrefix(subject, "$KV."+bucket+".run.=ix.s.completed.")
-			if strings.HasPrefix(key, "d0.") || strings.HasPrefix(key, "d1.") || strings.HasPrefix(key, "d2.") || strings.HasPrefix(key, "e.") {
-				keys = append(keys, key)
+			key := strings.TrimPrefix(subject, "$KV."+bucket+".run.=ix.")
+			for _, level := range []string{".d0.", ".d1.", ".d2.", ".e."} {
+				if strings.Contains(key, level) {
+					keys = append(keys, key)
+				}
 			}
 		}
 		return keys
@@ -380,6 +385,7 @@ func TestEndedBeforeRemovesEmptyDirectories(t *testing.T) {
 	if len(dirs()) == 0 {
 		t.Fatal("no directories before the walk")
 	}
+	kvstore.SweepNow(s) // the first EndedBefore swept a minute's turn
 	if ended, err := s.EndedBefore(ctx, time.Now(), 100); err != nil || len(ended) != 0 {
 		t.Fatalf("EndedBefore after the purges = %v, %v; want none", ended, err)
 	}

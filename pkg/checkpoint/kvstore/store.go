@@ -111,6 +111,10 @@ type Store struct {
 	afterCheckpoint func(ctx context.Context)
 	afterIndex      func(ctx context.Context)
 	afterRecord     func(ctx context.Context)
+	// swept is when this store last swept the listings (unix ns; see
+	// sweep).
+	swept atomic.Int64
+
 	// afterTomb, when set (by tests), runs after a purge's tombstone,
 	// before the rest of the purge; finishAfter replaces the constant
 	// (tests).
