@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
@@ -126,7 +127,10 @@ func (s *Store) backfillRun(ctx context.Context, m ixMsg) (bool, error) {
 		if value == nil {
 			return false, nil // the run is gone
 		}
-		run, ix, err := decodeStored(value, rev)
+		run, ix, err := decodeStored(strings.TrimPrefix(m.key, "run."), value, rev)
+		if errors.Is(err, checkpoint.ErrPurged) {
+			return false, nil // a tombstone: no run to index
+		}
 		if err != nil {
 			return false, fmt.Errorf("%s: %w", m.key, err)
 		}

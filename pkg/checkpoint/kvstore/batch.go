@@ -140,8 +140,8 @@ func (s *Store) putMsg(key string, value []byte, rev uint64) *nats.Msg {
 // indexMsgs are the messages of w: its new entries and directories, and
 // the markers that remove the entries the record no longer names.
 func (s *Store) indexMsgs(w ixWrite) []*nats.Msg {
-	msgs := make([]*nats.Msg, 0, len(w.puts)+len(w.drops))
-	for _, k := range w.puts {
+	msgs := make([]*nats.Msg, 0, len(w.puts)+len(w.late)+len(w.drops))
+	for _, k := range append(w.puts, w.late...) {
 		msgs = append(msgs, s.putMsg(k, []byte("1"), anyRevision))
 	}
 	for _, k := range w.drops {

@@ -43,7 +43,8 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 // always counts, after every other write, so at least one writer counts
 // them all, with one full count per fan-out instead of one per branch.
 // A count also sums what the results spent and stores the sum (spend.go).
-// Branch keys are never deleted: a create succeeds over a delete marker.
+// Branch keys are deleted with their run only (Purge, which leaves its
+// tombstone): a create succeeds over a delete marker.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
 		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
@@ -63,11 +64,13 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	// Runs are never deleted: a run key with a value is a run.
+	// A run key with a value is a run, or its tombstone.
 	if e, err := s.get(ctx, runKey(cp.RunID)); err != nil {
 		return fail(err)
 	} else if !e.found {
 		return fail(checkpoint.ErrNotFound)
+	} else if isTomb(e.value) {
+		return fail(tombError(cp.RunID, e.value))
 	}
 	key := branchKey(cpKey(cp.RunID, cp.Step), cp.Branch)
 	failed, exists, err := s.writeOutcome(ctx, key, doc, cp.Failed(), cp.Redrives)

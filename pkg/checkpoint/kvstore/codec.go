@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	jsonv1 "github.com/go-json-experiment/json/v1"
@@ -25,12 +26,9 @@ func unmarshal(b []byte, v any) error {
 	return nil
 }
 
-// decodeRun reads a run entry; the entry's revision is the run's Rev.
+// decodeRun reads a run entry (run.<R>); the entry's revision is the
+// run's Rev. A tombstone is a *checkpoint.PurgedError.
 func decodeRun(e jetstream.KeyValueEntry) (checkpoint.Run, error) {
-	return decodeRunValue(e.Value(), e.Revision())
-}
-
-func decodeRunValue(value []byte, rev uint64) (checkpoint.Run, error) {
-	run, _, err := decodeStored(value, rev)
+	run, _, err := decodeStored(strings.TrimPrefix(e.Key(), "run."), e.Value(), e.Revision())
 	return run, err
 }

@@ -84,7 +84,9 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 // still the run's step n of the same generation, instead of undoing it: a
 // concurrent reader may already have rolled the run forward over it.
 func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint, cpDoc []byte) (checkpoint.Run, error) {
-	if err := s.writeCheckpoint(ctx, cpKey(run.ID, cp.Step), cp.Gen, cpDoc); err != nil {
+	key := cpKey(run.ID, cp.Step)
+	seq, err := s.writeCheckpoint(ctx, key, cp.Gen, cpDoc)
+	if err != nil {
 		// ErrCheckpointExists, or no PubAck: the checkpoint may or may
 		// not be stored. The caller retries the step, whose Load finds out.
 		return checkpoint.Run{}, err
@@ -94,14 +96,15 @@ func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp chec
 	}
 	b, ok, err := s.loadBase(ctx, run.ID, run.Rev)
 	if err != nil {
-		return checkpoint.Run{}, err // the run may lag the checkpoint
+		// The run may lag the checkpoint, or was purged.
+		return checkpoint.Run{}, s.unlessPurged(ctx, err, key, seq)
 	}
 	if !ok {
-		return s.settle(ctx, run, cp) // the run moved since the caller read it
+		return s.settle(ctx, run, cp, seq) // the run moved since the caller read it
 	}
 	stored, err := s.writeRun(ctx, b, run, s.plan(b, run))
 	if errors.Is(err, errWrongRevision) {
-		return s.settle(ctx, run, cp)
+		return s.settle(ctx, run, cp, seq)
 	}
 	if err != nil {
 		// The checkpoint is stored; the run may lag it, which the
@@ -114,34 +117,49 @@ func (s *Store) commitTwoWrites(ctx context.Context, run checkpoint.Run, cp chec
 // writeCheckpoint stores doc, a checkpoint of generation gen, on key:
 // create-only, but over a checkpoint of an earlier generation, or over a
 // delete marker (older versions of this store removed the checkpoint of a
-// commit to a missing run), compare-and-set on its revision.
-// ErrCheckpointExists when the key holds a checkpoint of generation gen
-// or later. A key's generation only grows, so a read that lags shows a
-// generation no higher than the stored one: its "exists" answer holds,
-// and its revision at worst makes the compare-and-set fail and read again.
-func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []byte) error {
+// commit to a missing run), compare-and-set on its revision; and returns
+// its revision. ErrCheckpointExists when the key holds a checkpoint of
+// generation gen or later. A key's generation only grows, so a read that
+// lags shows a generation no higher than the stored one: its "exists"
+// answer holds, and its revision at worst makes the compare-and-set fail
+// and read again.
+func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []byte) (uint64, error) {
 	var rev uint64 // 0: the key has no message at all
 	for range maxSettleRetries {
-		_, err := s.put(ctx, key, doc, rev)
+		seq, err := s.put(ctx, key, doc, rev)
 		if !errors.Is(err, errWrongRevision) {
-			return err
+			return seq, err
 		}
 		e, err := s.get(ctx, key)
 		if err != nil {
-			return fmt.Errorf("checkpoint %s exists, not read: %w", key, err)
+			return 0, fmt.Errorf("checkpoint %s exists, not read: %w", key, err)
 		}
 		if e.found {
 			stored, err := checkpointGen(key, e.value)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if stored >= gen {
-				return checkpoint.ErrCheckpointExists
+				return 0, checkpoint.ErrCheckpointExists
 			}
 		}
 		rev = e.rev
 	}
-	return fmt.Errorf("checkpoint %s still contended after %d attempts", key, maxSettleRetries)
+	return 0, fmt.Errorf("checkpoint %s still contended after %d attempts", key, maxSettleRetries)
+}
+
+// unlessPurged returns err, and when it says the run was purged (its
+// tombstone is the record) deletes the checkpoint this commit stored on
+// key at seq first: no run will adopt it, and were the id free again
+// once the tombstone expires, a new run of that id must not find it.
+// The marker is conditional on seq: another writer's message stays.
+func (s *Store) unlessPurged(ctx context.Context, err error, key string, seq uint64) error {
+	if errors.Is(err, checkpoint.ErrPurged) {
+		if uerr := s.request(ctx, s.markerMsg(key, seq)); uerr != nil {
+			return errors.Join(err, fmt.Errorf("checkpoint %s of the purged run not deleted: %w", key, uerr))
+		}
+	}
+	return err
 }
 
 // settle finishes a commit whose checkpoint n is stored but whose run
@@ -165,11 +183,17 @@ func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []
 //   - no run at all: ErrNotFound, and the checkpoint stays too. Removing
 //     it would reopen the key to a second, different result should the
 //     read be wrong.
+//   - the run's tombstone (a purge replaced the record after the caller
+//     read it): its *checkpoint.PurgedError, which is ErrNotFound, and
+//     the checkpoint written at seq is deleted (unlessPurged). The
+//     tombstone keeps the id from a new run while it is kept; the purge
+//     deleted the run's other keys, and may have listed them before this
+//     one was written.
 //
 // A key's generation only grows and the run's with it: when the stored
 // run's generation is the checkpoint's, no later generation wrote over
 // it, so the checkpoint settled on is this commit's own.
-func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
+func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.Checkpoint, seq uint64) (checkpoint.Run, error) {
 	for range maxSettleRetries {
 		e, err := s.get(ctx, runKey(next.ID))
 		if err != nil {
@@ -178,7 +202,10 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 		if !e.found {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run missing: %w", checkpoint.ErrNotFound)
 		}
-		stored, ix, err := decodeStored(e.value, e.rev)
+		stored, ix, err := decodeStored(next.ID, e.value, e.rev)
+		if errors.Is(err, checkpoint.ErrPurged) {
+			return checkpoint.Run{}, s.unlessPurged(ctx, err, cpKey(next.ID, cp.Step), seq)
+		}
 		if err != nil {
 			return checkpoint.Run{}, fmt.Errorf("checkpoint stored, run not updated: %w", err)
 		}

@@ -62,11 +62,13 @@
 //     commits with checkpointtest.Options{CheckpointFirst: true} and
 //     batches strict.
 //
-// Checkpoint keys are never deleted, not even after a commit to a run
-// that does not exist (a caller bug: ErrNotFound): a KV create succeeds
-// over a delete marker, so a removal would reopen the key to a second,
-// different result, should the read that found no run be wrong. Run ids
-// are never reused.
+// Checkpoint keys are deleted only with their run (Purge, see
+// "Retention"), never after a commit to a run that does not exist (a
+// caller bug: ErrNotFound): a KV create succeeds over a delete marker, so
+// a removal would reopen the key to a second, different result, should
+// the read that found no run be wrong. A commit that finds its run's
+// tombstone deletes the checkpoint it wrote: no run adopts it, and the
+// tombstone keeps the id from a new run until the purge is long done.
 //
 // Load reads the run and, at the same time, the newest of the run's step
 // keys (by wildcard subject): on a step's first attempt that one read
@@ -94,8 +96,10 @@
 //
 // Each write of a record says which entries are its own ("_ix": their
 // time and a nonce per write), and a reader takes an entry only when the
-// record names it. A write that changes the status adds the new status's
-// entries and removes the old ones':
+// record names it. A status entry's time is the UpdatedAt of the write
+// that set the status (as on Redis: retention's cutoff is the end a run
+// shows). A write that changes the status adds the new status's entries
+// and removes the old ones':
 //
 //   - in the atomic batch of its record, where the store sends batches
 //     (with the checkpoint, for a commit): all or nothing;
@@ -116,8 +120,17 @@
 // the bucket through the KV client must keep its marker TTL, which the
 // server cannot turn off). A KV delete would leave its marker for good,
 // and a listing of the running runs would read a marker for every run
-// that ever ran; the stream's purge and message delete APIs would need a
-// permission no component has (a worker must not purge the checkpoints).
+// that ever ran; the stream's purge and message delete APIs need a
+// permission only the scheduler has, for retention (a worker must not
+// purge the checkpoints).
+//
+// Directories are not removed by the writes that empty them: a walk
+// removes those it read whole and found empty, when their time ended over
+// an hour ago (trieSource), and a write of an entry stores again, after
+// it, the directories on its path whose time ended ten minutes ago or
+// more, so that it is never left under a removed one. EndedBefore walks
+// the listings of the ended statuses, and, once a retention pass has
+// found every run up to its cutoff, sweeps the others (sweep).
 //
 // CountRuns reads no run and keeps no counter: it counts the entries, the
 // live ones by reading their listing, the ended ones as the server
@@ -131,6 +144,49 @@
 // crash between them with nothing to tell. A run that left an ended
 // status (a redriven dead run) counts there until its entry's marker
 // expires.
+//
+// # Retention
+//
+// Purge (checkpoint.Retention, which the scheduler drives) replaces an
+// ended run's record with its tombstone, compare-and-set on the run's
+// revision (of schedulers purging at once, one wins), then deletes every
+// other key of the run: those the stream lists under "*.<R>.>" (its
+// subject index, no message read: checkpoints, journals, failures, branch
+// keys, spend, the audit, approval and blob logs), alive.<R> and due.<R>,
+// and its index entries, its status entries last. Deletes use the
+// stream's purge API by key (STREAM.PURGE with the key as filter), which
+// leaves no marker, so nothing of a purged run stays but the tombstone;
+// the scheduler's NATS user needs $JS.API.STREAM.PURGE.<stream>.
+//
+// The tombstone, {"_tomb": {workflow, status, ended, purged, expiry}}
+// (under 100 bytes), carries a message TTL (Nats-TTL, nats-server 2.11;
+// the bucket allows them, see "Run indexes"): while it is kept, GetRun
+// and Load answer a *checkpoint.PurgedError, CreateRun ErrRunExists with
+// it, and a commit, a branch or a failure of the run ErrNotFound; once it
+// expires the id is free, with no key of the old run left to find. A
+// purge that keeps none holds a tombstone without TTL while it deletes,
+// and deletes it before the status entries. The record is never a marker
+// during a purge, which a create would take over: no writer reopens a
+// key of the run while it goes but a late one, whose commit deletes its
+// checkpoint again (see above). A journal entry (RecordCall reads no
+// run) or a branch result that a step begun before the run ended writes
+// after the purge listed the keys stays: only a step that outlived the
+// retention can write one.
+//
+// A purge costs, for a run of n keys (a one-step run with a model call:
+// n = 2): a write of the tombstone, a listing of the run's keys (one
+// STREAM.INFO with a subject filter, and on a one-replica bucket one read
+// of alive and due, which on a replicated one are purged blind), one
+// purge request per key and per index entry (n + 4), and a write of the
+// entry that counts the tombstone (run.=ix.t.<R>, with the tombstone's
+// TTL; Tombstones counts them as CountRuns counts entries): two messages
+// written, and about 325 bytes of the stream kept per tombstone, once
+// the walks removed the emptied directories (1,000 one-step runs on this
+// project's test VM, against about 2 KB per run before). A purge that
+// stops after its tombstone (a crash) leaves the run's status entries:
+// EndedBefore, which reads the ended listings oldest first, finds the
+// tombstone behind one and finishes the purge; the creation entries it
+// cannot name go when a listing by creation reads them.
 //
 // A bucket written before the index has runs without entries:
 // BackfillIndex (checkpoint.IndexBackfill) indexes them; any write of

@@ -1,6 +1,9 @@
 package kvstore
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetAfterCheckpoint makes s run fn between the two writes of every
 // commit, so tests can put a concurrent writer (or a crash) exactly there.
@@ -11,6 +14,16 @@ func SetAfterCheckpoint(s *Store, fn func(ctx context.Context)) { s.afterCheckpo
 // before the markers of the entries it drops.
 func SetAfterIndex(s *Store, fn func(ctx context.Context))  { s.afterIndex = fn }
 func SetAfterRecord(s *Store, fn func(ctx context.Context)) { s.afterRecord = fn }
+
+// SetAfterTomb makes s run fn in every purge after the tombstone is
+// written, before the run's keys are deleted; SetFinishAfter sets how old
+// a tombstone must be for EndedBefore to finish its purge.
+func SetAfterTomb(s *Store, fn func(ctx context.Context)) { s.afterTomb = fn }
+func SetFinishAfter(s *Store, d time.Duration)            { s.finishAfter = d }
+
+// SweepNow makes s's next EndedBefore that finds fewer runs than its
+// limit sweep, however recent its last sweep.
+func SweepNow(s *Store) { s.swept.Store(0) }
 
 // Batches reports whether s commits in one atomic batch, deciding as its
 // first commit would when it has not yet.

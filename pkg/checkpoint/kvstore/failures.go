@@ -54,12 +54,15 @@ func (s *Store) recordFailure(ctx context.Context, id string, n, i int, f checkp
 			return fail(err)
 		}
 		if rev == 0 {
-			// Only the first failure checks the run: runs are never
-			// deleted, so an existing key means an existing run.
+			// Only the first failure checks the run: an existing key
+			// means an existing run, or one being purged (its record
+			// goes first).
 			if e, err := s.get(ctx, runKey(id)); err != nil {
 				return fail(err)
 			} else if !e.found {
 				return fail(checkpoint.ErrNotFound)
+			} else if isTomb(e.value) {
+				return fail(tombError(id, e.value))
 			}
 		}
 		doc.Count++

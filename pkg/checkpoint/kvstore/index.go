@@ -25,6 +25,7 @@ import (
 //	<L>.r.<b5>                                holds entries, …, b5 holds b4s
 //	run.=ix.n.<wf>                            a workflow that has runs
 //	run.=ix.b.progress                        how far BackfillIndex has come
+//	run.=ix.t.<R>                             a purged run's tombstone (purge.go)
 //
 // A run without a workflow, or with a name that is no subject token,
 // stands in keys as "=" (noWorkflow).
@@ -132,7 +133,9 @@ func (l ixList) dirFilter(level int, b int64) string {
 }
 
 // entry is the key of run id's entry at ms with nonce n in the time
-// listing l, and the directory keys that lead to it.
+// listing l, and the directory keys that lead to it, the root's first:
+// one per level, from the root's entry for ms's top bucket down to the
+// leaf's in its directory.
 func (l ixList) entry(ms int64, id, n string) (key string, dirs []string) {
 	b := func(k int) string { return itoa(bucket(ms, k)) }
 	dirs = append(dirs, l.prefix+".r."+b(trieTop))
@@ -197,14 +200,17 @@ type ixWrite struct {
 	// puts are the entries, directories and workflow names to store
 	// before the record (or in its batch); own are the entries among
 	// them, which only this write names: removed again when the record
-	// write is refused; dirs the others.
-	puts, own, dirs []string
+	// write is refused; dirs the others. late are the directories that
+	// name a node whose time ended rewriteAge ago or more, stored after
+	// puts whatever the process remembers, so that a walk that removes
+	// them meanwhile as empty does not hide the entry (see trieSource).
+	puts, own, dirs, late []string
 	// drops are the entries of the record before the write that the
 	// record no longer names: removed after it (or in its batch).
 	drops []string
 }
 
-func (w ixWrite) touches() bool { return len(w.puts) > 0 || len(w.drops) > 0 }
+func (w ixWrite) touches() bool { return len(w.puts) > 0 || len(w.late) > 0 || len(w.drops) > 0 }
 
 // statusEntries are the keys (and directories) of run's entries for
 // status st since ms with nonce n: one live entry, or two in the time
@@ -230,9 +236,12 @@ func creationEntries(wf string, ms int64, id, n string) (entries, dirs []string)
 
 // plan says what writing next over the record b (nil: a new run) does to
 // the index. A write that keeps the status keeps the entries; one that
-// changes it adds the entries of the new status, taken now, and drops
-// those of the old. A record from before the index (b.ix nil) gets every
-// entry, the status taken at its UpdatedAt when it keeps it.
+// changes it adds the entries of the new status, taken at the write's
+// UpdatedAt (now when it has none: when the run took the status, as the
+// Redis store has it, so that retention's cutoff is the one the run
+// shows), and drops those of the old. A record from before the index
+// (b.ix nil) gets every entry, the status taken at its UpdatedAt when it
+// keeps it.
 func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 	var w ixWrite
 	var ix ixState
@@ -241,11 +250,11 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 		ix := *b.ix
 		return ixWrite{ix: &ix}
 	case b != nil && b.ix != nil:
-		ix = ixState{At: max(time.Now().UnixMilli(), b.ix.At), N: nonce(), C: b.ix.C}
+		ix = ixState{At: entered(next), N: nonce(), C: b.ix.C}
 		w.drops, _ = statusEntries(b.status, wfToken(b.workflow), b.ix.At, next.ID, b.ix.N)
 	case b != nil: // written before the index
 		n := nonce()
-		ix = ixState{At: time.Now().UnixMilli(), N: n, C: n}
+		ix = ixState{At: entered(next), N: n, C: n}
 		if b.status == next.Status {
 			ix.At = b.updated.UnixMilli()
 		}
@@ -253,28 +262,51 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 		n := nonce()
 		ix = ixState{At: next.CreatedAt.UnixMilli(), N: n, C: n}
 	}
+	ended := time.Now().Add(-rewriteAge).UnixMilli()
+	add := func(entries, dirs []string, ms int64) {
+		w.own = append(w.own, entries...)
+		for i, d := range dirs {
+			// dirs holds each listing's path, root first (l.entry): d
+			// names a node of level k, which a walk may remove as empty
+			// once its time ended (trieSource).
+			k := trieTop - i%(trieTop+1)
+			switch {
+			case (bucket(ms, k)+1)<<trieShift[k] <= ended:
+				w.late = append(w.late, d)
+			case !s.known.has(d):
+				w.dirs = append(w.dirs, d)
+			}
+		}
+	}
 	wf := wfToken(next.Workflow)
 	entries, dirs := statusEntries(next.Status, wf, ix.At, next.ID, ix.N)
+	add(entries, dirs, ix.At)
 	if b == nil || b.ix == nil {
-		ce, cd := creationEntries(wf, next.CreatedAt.UnixMilli(), next.ID, ix.C)
-		entries, dirs = append(entries, ce...), append(dirs, cd...)
-		if wf != noWorkflow {
-			dirs = append(dirs, nameKey(wf))
+		ms := next.CreatedAt.UnixMilli()
+		entries, dirs := creationEntries(wf, ms, next.ID, ix.C)
+		add(entries, dirs, ms)
+		if wf != noWorkflow && !s.known.has(nameKey(wf)) {
+			w.dirs = append(w.dirs, nameKey(wf))
 		}
 	}
-	w.ix, w.own = &ix, entries
-	w.puts = append(w.puts, entries...)
-	for _, d := range dirs {
-		if !s.known.has(d) {
-			w.dirs = append(w.dirs, d)
-		}
-	}
-	w.puts = append(w.puts, w.dirs...)
+	w.ix = &ix
+	w.puts = append(append(w.puts, w.own...), w.dirs...)
 	return w
 }
 
+// entered is when run took its status, in unix ms: the write's
+// UpdatedAt, now when it has none.
+func entered(run checkpoint.Run) int64 {
+	if run.UpdatedAt.IsZero() {
+		return time.Now().UnixMilli()
+	}
+	return run.UpdatedAt.UnixMilli()
+}
+
 // wrote records that w's keys are stored: its directories and names are
-// not written again by this process (they are never removed).
+// not written again by this process (no write removes them; a walk
+// removes a directory only once its time ended, and plan writes those
+// again whatever it remembers).
 func (s *Store) wrote(w ixWrite) {
 	for _, k := range w.dirs {
 		s.known.add(k)
@@ -376,7 +408,7 @@ func parallel(n int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// keyCache remembers keys this process stored that are never removed
+// keyCache remembers keys this process stored that no write removes
 // (directories, workflow names), so that it writes them once. It forgets
 // everything when full: writing a key again is harmless.
 type keyCache struct {

@@ -181,6 +181,29 @@ func (s *Store) readPrefix(ctx context.Context, filter string) ([]ixMsg, error) 
 	}
 }
 
+// batchReads reports whether readFrom may be used: direct gets answered
+// by the one replica there is.
+func (s *Store) batchReads() bool { return s.directAPI != "" && !s.leaderReads }
+
+// readFrom reads up to n messages on keys matching filter in stream
+// order from sequence from (one direct get batch; see above for what it
+// costs), markers included, and returns the sequence to go on from and
+// whether more follow. Only where batchReads.
+func (s *Store) readFrom(ctx context.Context, filter string, from uint64, n int) (msgs []ixMsg, next uint64, more bool, err error) {
+	req := map[string]any{"next_by_subj": s.subjects + filter, "batch": n}
+	if from > 0 {
+		req["seq"] = from
+	}
+	msgs, eob, err := s.directRead(ctx, req)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("read %s: %w", filter, err)
+	}
+	if len(msgs) == 0 {
+		return nil, from, false, nil
+	}
+	return msgs, msgs[len(msgs)-1].seq + 1, eob != nil && headerUint(eob, hdrNumPending) > 0, nil
+}
+
 // readLast reads the newest message of every key matching any of
 // filters, at most 1024 keys (errTooMany beyond). On a replicated bucket
 // the replica that answers must have applied everything the leader had
@@ -298,15 +321,35 @@ func (s *Store) countPrefix(ctx context.Context, filter string) (int64, error) {
 	return int64(info.NumPending), nil
 }
 
-// record is a run record as read, with what it says of its index entries.
+// record is a run record as read, with what it says of its index entries;
+// or, when tomb is set, the tombstone of a purged run (run holds its id,
+// workflow and status, and Rev).
 type record struct {
-	run checkpoint.Run
-	ix  *ixState
+	run  checkpoint.Run
+	ix   *ixState
+	tomb *tombDoc
+}
+
+// recordOf decodes the value of run.<id> stored at rev.
+func recordOf(id string, value []byte, rev uint64) (record, error) {
+	if isTomb(value) {
+		t, err := decodeTomb(value)
+		if err != nil {
+			return record{}, fmt.Errorf("read %s: %w", runKey(id), err)
+		}
+		return record{run: checkpoint.Run{ID: id, Workflow: t.Workflow, Status: t.Status, Rev: rev}, tomb: &t}, nil
+	}
+	run, ix, err := decodeStored(id, value, rev)
+	if err != nil {
+		return record{}, fmt.Errorf("read %s: %w", runKey(id), err)
+	}
+	return record{run: run, ix: ix}, nil
 }
 
 // readRecords reads the records of ids: on a one-replica bucket up to
 // 1024 in one read, on a replicated one from the leader, many at once.
-// A missing run is absent from the answer.
+// A missing run is absent from the answer; a purged one is its
+// tombstone (record.tomb).
 func (s *Store) readRecords(ctx context.Context, ids []string) (map[string]record, error) {
 	out := make(map[string]record, len(ids))
 	var missing []string
@@ -325,11 +368,12 @@ func (s *Store) readRecords(ctx context.Context, ids []string) (map[string]recor
 				if m.marker {
 					continue
 				}
-				run, ix, err := decodeStored(m.value, m.seq)
+				id := strings.TrimPrefix(m.key, "run.")
+				rec, err := recordOf(id, m.value, m.seq)
 				if err != nil {
-					return nil, fmt.Errorf("read %s: %w", m.key, err)
+					return nil, err
 				}
-				out[run.ID] = record{run, ix}
+				out[id] = rec
 			}
 		}
 		// An answer stops at the server's byte limit: read the rest one
@@ -348,12 +392,12 @@ func (s *Store) readRecords(ctx context.Context, ids []string) (map[string]recor
 		if err != nil || !e.found {
 			return err
 		}
-		run, ix, err := decodeStored(e.value, e.rev)
+		rec, err := recordOf(id, e.value, e.rev)
 		if err != nil {
-			return fmt.Errorf("read %s: %w", runKey(id), err)
+			return err
 		}
 		mu.Lock()
-		out[id] = record{run, ix}
+		out[id] = rec
 		mu.Unlock()
 		return nil
 	})

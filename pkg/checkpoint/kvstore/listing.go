@@ -79,8 +79,12 @@ func (l ixList) parse(m ixMsg) (ixEntry, bool) {
 
 // names reports whether rec's record names entry e of l: the run is in
 // the listing, and e is the entry its last write made for it (a record
-// from before the index names any entry that fits it).
+// from before the index names any entry that fits it). A tombstone names
+// none.
 func (l ixList) names(e ixEntry, rec record) bool {
+	if rec.tomb != nil {
+		return false
+	}
 	run := rec.run
 	if wf := wfToken(run.Workflow); (l.workflow != "" && wf != l.workflow) || (e.workflow != "" && wf != e.workflow) {
 		return false
@@ -104,14 +108,7 @@ type listed struct {
 
 // resolve reads the records of entries (in order) and keeps the entries
 // their records name, each run once (seen spans the calls of a listing).
-// An entry no record will name again (a write that was refused or
-// crashed between its index writes and its record, a run that left the
-// status and crashed before dropping the entry) is removed on the way,
-// without waiting for the answer: by a marker conditional on its
-// sequence, so that a later write of the key stays. That is when the
-// record was written after the entry (a writer whose entry precedes its
-// record write cannot win over a newer record), or the entry is older
-// than staleAfter.
+// The others are left to dropStale.
 func (s *Store) resolve(ctx context.Context, l ixList, entries []ixEntry, seen map[string]bool) ([]listed, error) {
 	ids := make([]string, 0, len(entries))
 	for _, e := range entries {
@@ -132,19 +129,38 @@ func (s *Store) resolve(ctx context.Context, l ixList, entries []ixEntry, seen m
 			}
 			continue
 		}
-		if (ok && rec.run.Rev > e.seq) || now.Sub(e.at) > staleAfter {
-			_ = s.nc.PublishMsg(s.markerMsg(e.key, e.seq))
-			if ok {
-				// The write that stored e stored its twin in the other
-				// listing of the pair (by workflow or not), under the
-				// same nonce, which no other write uses.
-				for _, k := range l.twins(e, rec.run.Workflow) {
-					_ = s.nc.PublishMsg(s.markerMsg(k, 0))
-				}
+		s.dropStale(l, e, rec, ok, now)
+	}
+	return out, nil
+}
+
+// dropStale removes entry e of l, which rec (ok: there is a record) does
+// not name, when no record will name it again (a write that was refused
+// or crashed between its index writes and its record, a run that left
+// the status and crashed before dropping the entry): when the record was
+// written after the entry (a writer whose entry precedes its record write
+// cannot win over a newer record), or the entry is older than staleAfter.
+// It does not wait for the answer, and removes it by a marker conditional
+// on its sequence, so that a later write of the key stays.
+//
+// The status entries of a purged run (its record a tombstone) stay: the
+// purge removes them last, and EndedBefore finishes a purge that stopped
+// from them.
+func (s *Store) dropStale(l ixList, e ixEntry, rec record, ok bool, now time.Time) {
+	if ok && rec.tomb != nil && l.trie && l.status != "" {
+		return
+	}
+	if (ok && rec.run.Rev > e.seq) || now.Sub(e.at) > staleAfter {
+		_ = s.nc.PublishMsg(s.markerMsg(e.key, e.seq))
+		if ok {
+			// The write that stored e stored its twin in the other
+			// listing of the pair (by workflow or not), under the
+			// same nonce, which no other write uses.
+			for _, k := range l.twins(e, rec.run.Workflow) {
+				_ = s.nc.PublishMsg(s.markerMsg(k, 0))
 			}
 		}
 	}
-	return out, nil
 }
 
 // twins are the keys the write of entry e of l stored besides e: in the
@@ -275,227 +291,6 @@ func (s *Store) readEntries(ctx context.Context, l ixList) ([]ixEntry, error) {
 	return entries, nil
 }
 
-// trieSource walks a time listing down from its root, newest first: the
-// children of each directory it enters, then a group of leaves at once,
-// as many as the page still needs at the density seen so far. Its first
-// read takes every directory on the path to the cursor (or, for a first
-// page, to now) in one multi_last: where the listing has entries there,
-// as an active listing does, the walk down needs no other directory read.
-type trieSource struct {
-	s     *Store
-	l     ixList
-	after checkpoint.Cursor
-	// path holds the cursor's bucket at each level.
-	path    [trieTop + 1]int64
-	stack   []trieFrame
-	started bool
-	// dirs holds the children read ahead, by directory.
-	dirs map[trieNode][]int64
-	buf  []ixEntry
-	// leaves and entries read so far, and the last group of leaves, for
-	// the size of the next group.
-	leaves, entries, group int
-}
-
-// trieNode is a directory: bucket b at level (trieTop+1: the root).
-type trieNode struct {
-	level int
-	b     int64
-}
-
-// trieFrame is a directory being walked: its children at level (trieTop,
-// under the root, to 0, the leaves), newest first.
-type trieFrame struct {
-	level int
-	bs    []int64
-	i     int
-	// onPath: the directory is on the cursor's path, so its children
-	// start at the cursor's.
-	onPath bool
-}
-
-func (s *Store) source(l ixList, after checkpoint.Cursor) entrySource {
-	if !l.trie {
-		return &flatSource{s: s, l: l, after: after}
-	}
-	t := &trieSource{s: s, l: l, after: after}
-	if !after.IsZero() {
-		for k := range t.path {
-			t.path[k] = bucket(after.At.UnixMilli(), k)
-		}
-	}
-	return t
-}
-
-func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
-	for len(t.buf) < n {
-		if !t.started {
-			t.started = true
-			if err := t.readAhead(ctx); err != nil {
-				return nil, err
-			}
-			if err := t.enter(ctx, trieTop+1, 0, !t.after.IsZero()); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if len(t.stack) == 0 {
-			break
-		}
-		f := &t.stack[len(t.stack)-1]
-		if f.i == len(f.bs) {
-			t.stack = t.stack[:len(t.stack)-1]
-			continue
-		}
-		if f.level == 0 {
-			if err := t.readLeaves(ctx, f, n-len(t.buf)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		b := f.bs[f.i]
-		f.i++
-		if err := t.enter(ctx, f.level, b, f.onPath && b == t.path[f.level]); err != nil {
-			return nil, err
-		}
-	}
-	n = min(n, len(t.buf))
-	out := t.buf[:n]
-	t.buf = t.buf[n:]
-	return out, nil
-}
-
-// readAhead reads the children of every directory on the path to the
-// cursor, or to now, in one read.
-func (t *trieSource) readAhead(ctx context.Context) error {
-	ms := time.Now().UnixMilli()
-	if !t.after.IsZero() {
-		ms = t.after.At.UnixMilli()
-	}
-	filters := []string{t.l.dirFilter(trieTop+1, 0)}
-	for k := trieTop; k > 0; k-- {
-		filters = append(filters, t.l.dirFilter(k, bucket(ms, k)))
-	}
-	msgs, err := t.s.readLast(ctx, filters)
-	if err != nil {
-		return err
-	}
-	t.dirs = map[trieNode][]int64{}
-	for _, f := range filters {
-		t.dirs[t.nodeOf(f)] = nil // read: no child is an answer too
-	}
-	for _, m := range msgs {
-		if node, child, ok := t.l.parseDir(m); ok {
-			t.dirs[node] = append(t.dirs[node], child)
-		}
-	}
-	return nil
-}
-
-// nodeOf is the directory whose children filter (a dirFilter) matches.
-func (t *trieSource) nodeOf(filter string) trieNode {
-	node, _, _ := t.l.parseDir(ixMsg{key: strings.TrimSuffix(filter, "*") + "0"})
-	return node
-}
-
-// parseDir reads a directory key of l: the directory and the child it
-// names.
-func (l ixList) parseDir(m ixMsg) (trieNode, int64, bool) {
-	rest, ok := strings.CutPrefix(m.key, l.prefix+".")
-	if !ok || m.marker {
-		return trieNode{}, 0, false
-	}
-	t := strings.Split(rest, ".")
-	child, err := strconv.ParseInt(t[len(t)-1], 10, 64)
-	switch {
-	case err != nil:
-		return trieNode{}, 0, false
-	case len(t) == 2 && t[0] == "r":
-		return trieNode{level: trieTop + 1}, child, true
-	case len(t) == 3 && len(t[0]) == 2 && t[0][0] == 'd':
-		k, err1 := strconv.Atoi(t[0][1:])
-		b, err2 := strconv.ParseInt(t[1], 10, 64)
-		if err1 != nil || err2 != nil {
-			return trieNode{}, 0, false
-		}
-		return trieNode{level: k + 1, b: b}, child, true
-	}
-	return trieNode{}, 0, false
-}
-
-// enter walks the children of bucket b at level (trieTop+1: the root)
-// next, read ahead or read now.
-func (t *trieSource) enter(ctx context.Context, level int, b int64, onPath bool) error {
-	children, ok := t.dirs[trieNode{level, b}]
-	if !ok {
-		msgs, err := t.s.readLast(ctx, []string{t.l.dirFilter(level, b)})
-		if err != nil {
-			return err
-		}
-		for _, m := range msgs {
-			if _, child, ok := t.l.parseDir(m); ok {
-				children = append(children, child)
-			}
-		}
-	}
-	var bs []int64
-	for _, c := range children {
-		if !onPath || c <= t.path[level-1] {
-			bs = append(bs, c)
-		}
-	}
-	slices.Sort(bs)
-	slices.Reverse(bs)
-	t.stack = append(t.stack, trieFrame{level: level - 1, bs: bs, onPath: onPath})
-	return nil
-}
-
-// maxLeafGroup bounds the leaves read at once.
-const maxLeafGroup = 256
-
-// readLeaves reads the next group of f's leaves: as many as hold need
-// entries at the density read so far, fewer when they hold more than one
-// read returns.
-func (t *trieSource) readLeaves(ctx context.Context, f *trieFrame, need int) error {
-	// The density seen so far, at most doubling the last group: a first
-	// leaf that is nearly empty says little about the next ones.
-	g, need := 1, min(need, 1<<20)
-	if t.leaves > 0 {
-		g = min(need*t.leaves/max(t.entries, 1)+1, 2*t.group)
-	}
-	g = min(g, maxLeafGroup, len(f.bs)-f.i)
-	for {
-		filters := make([]string, g)
-		for k := range g {
-			filters[k] = t.l.leafFilter(f.bs[f.i+k])
-		}
-		msgs, err := t.s.readLast(ctx, filters)
-		if errors.Is(err, errTooMany) && g > 1 {
-			g /= 2
-			continue
-		}
-		if errors.Is(err, errTooMany) {
-			msgs, err = t.s.readPrefix(ctx, filters[0])
-		}
-		if err != nil {
-			return err
-		}
-		f.i += g
-		var got []ixEntry
-		for _, m := range msgs {
-			if e, ok := t.l.parse(m); ok && e.after(t.after) {
-				got = append(got, e)
-			}
-		}
-		sort.Slice(got, func(i, j int) bool { return got[i].before(got[j]) })
-		t.buf = append(t.buf, got...)
-		t.leaves += g
-		t.entries += len(got)
-		t.group = g
-		return nil
-	}
-}
-
 // ListRuns returns the runs matching f, oldest first (by creation). A
 // listing by status or workflow reads that listing of the index whole and
 // the records it names: a live status costs the live runs of it, however
@@ -507,6 +302,9 @@ func (s *Store) ListRuns(ctx context.Context, f checkpoint.Filter) ([]checkpoint
 	case f.Status == "" && f.Workflow == "":
 		err := s.scan(ctx, "run.*", func(e jetstream.KeyValueEntry) error {
 			run, err := decodeRun(e)
+			if errors.Is(err, checkpoint.ErrPurged) {
+				return nil // a tombstone
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", e.Key(), err)
 			}
@@ -539,6 +337,17 @@ func (s *Store) ListRuns(ctx context.Context, f checkpoint.Filter) ([]checkpoint
 		return runs[i].ID < runs[j].ID
 	})
 	return runs, nil
+}
+
+// workflowNames are the workflows the names read (run.=ix.n.*) hold.
+func workflowNames(names []ixMsg) []string {
+	var wfs []string
+	for _, m := range names {
+		if !m.marker {
+			wfs = append(wfs, strings.TrimPrefix(m.key, ixPrefix+"n."))
+		}
+	}
+	return wfs
 }
 
 var endedStatuses = []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead}
@@ -602,10 +411,8 @@ func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
 	var counts []count
 	for _, st := range endedStatuses {
 		counts = append(counts, count{st, noWorkflow})
-		for _, m := range names {
-			if !m.marker {
-				counts = append(counts, count{st, strings.TrimPrefix(m.key, ixPrefix+"n.")})
-			}
+		for _, wf := range workflowNames(names) {
+			counts = append(counts, count{st, wf})
 		}
 	}
 	err = parallel(len(counts), func(i int) error {

@@ -24,7 +24,12 @@ func encodeRun(run checkpoint.Run, ix *ixState) ([]byte, error) {
 	return marshal(storedRun{Run: run, Index: ix})
 }
 
-func decodeStored(value []byte, rev uint64) (checkpoint.Run, *ixState, error) {
+// decodeStored reads the record of run id stored at rev; a tombstone
+// (purge.go) is a *checkpoint.PurgedError, which is ErrNotFound too.
+func decodeStored(id string, value []byte, rev uint64) (checkpoint.Run, *ixState, error) {
+	if isTomb(value) {
+		return checkpoint.Run{}, nil, tombError(id, value)
+	}
 	var doc storedRun
 	if err := unmarshal(value, &doc); err != nil {
 		return checkpoint.Run{}, nil, err
@@ -39,13 +44,14 @@ type base struct {
 	rev      uint64
 	status   checkpoint.Status
 	workflow string
+	created  time.Time
 	updated  time.Time
 	// ix is nil for a record from before the index.
 	ix *ixState
 }
 
 func baseOf(run checkpoint.Run, ix *ixState) *base {
-	return &base{rev: run.Rev, status: run.Status, workflow: run.Workflow, updated: run.UpdatedAt, ix: ix}
+	return &base{rev: run.Rev, status: run.Status, workflow: run.Workflow, created: run.CreatedAt, updated: run.UpdatedAt, ix: ix}
 }
 
 // loadBase returns the record run id holds at revision rev: from the
@@ -60,7 +66,7 @@ func (s *Store) loadBase(ctx context.Context, id string, rev uint64) (b *base, o
 	if err != nil || !e.found {
 		return nil, false, err
 	}
-	run, ix, err := decodeStored(e.value, e.rev)
+	run, ix, err := decodeStored(id, e.value, e.rev)
 	if err != nil {
 		return nil, false, err
 	}
@@ -98,6 +104,13 @@ func (c *runCache) put(id string, b *base) {
 	c.runs[id] = b
 }
 
+// forget drops what the cache holds of run id (purged).
+func (c *runCache) forget(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.runs, id)
+}
+
 // writeRun writes next over the record b, compare-and-set on b.rev (b
 // nil: creates the run), in the order that keeps a live run in its
 // listing whatever happens between the writes: w's entries first, then
@@ -110,9 +123,11 @@ func (s *Store) writeRun(ctx context.Context, b *base, next checkpoint.Run, w ix
 	if err != nil {
 		return checkpoint.Run{}, err
 	}
-	if len(w.puts) > 0 {
-		if err := s.putIndex(ctx, w.puts); err != nil {
-			return checkpoint.Run{}, fmt.Errorf("index run %s: %w", next.ID, err)
+	for _, keys := range [][]string{w.puts, w.late} { // late after the entries
+		if len(keys) > 0 {
+			if err := s.putIndex(ctx, keys); err != nil {
+				return checkpoint.Run{}, fmt.Errorf("index run %s: %w", next.ID, err)
+			}
 		}
 	}
 	if s.afterIndex != nil {

@@ -59,6 +59,27 @@ func TestReplicated(t *testing.T) {
 	nc, js := startCluster(t)
 	t.Run("ReadsFromLeader", func(t *testing.T) { testReadsFromLeader(t, nc, js) })
 	t.Run("Conformance", func(t *testing.T) { testConformanceReplicated(t, js) })
+	t.Run("Purge", func(t *testing.T) { testPurgeReplicated(t, js) })
+}
+
+// A purge on a three-replica bucket, whose reads go to the leader and
+// which purges alive and due without reading them, leaves nothing of the
+// run but its tombstone either.
+func testPurgeReplicated(t *testing.T, js jetstream.JetStream) {
+	bucket := uniqueBucket()
+	s, err := kvstore.New(testCtx(t), js, kvstore.Options{Bucket: bucket, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := fullRun(t, s, "victim")
+	ended, err := s.EndedBefore(testCtx(t), time.Now(), 10)
+	if err != nil || len(ended) != 1 || ended[0].Rev != run.Rev {
+		t.Fatalf("EndedBefore = %v, %v; want the run at rev %d", ended, err, run.Rev)
+	}
+	if err := s.Purge(testCtx(t), ended[0], time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	onlyKeys(t, js, bucket, "victim", "run.victim", "run.=ix.t.victim")
 }
 
 // On a replicated bucket every read of the step path goes to the stream

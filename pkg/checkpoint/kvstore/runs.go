@@ -63,9 +63,14 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 }
 
 // existing answers a create of a run that exists: the stored run and
-// ErrRunExists.
+// ErrRunExists; for a purged run whose tombstone is kept, ErrRunExists
+// and its *checkpoint.PurgedError.
 func (s *Store) existing(ctx context.Context, id string) (checkpoint.Run, error) {
 	existing, err := s.GetRun(ctx, id)
+	var purged *checkpoint.PurgedError
+	if errors.As(err, &purged) {
+		return checkpoint.Run{}, fmt.Errorf("create run %s: %w: %w", id, checkpoint.ErrRunExists, purged)
+	}
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: read existing: %w", id, err)
 	}
@@ -84,7 +89,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (checkpoint.Run, error) {
 	if !e.found {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, checkpoint.ErrNotFound)
 	}
-	run, ix, err := decodeStored(e.value, e.rev)
+	run, ix, err := decodeStored(id, e.value, e.rev)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("get run %s: %w", id, err)
 	}
@@ -134,10 +139,11 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	return stored, nil
 }
 
-// whyRefused names the sentinel for a refused write: ErrCheckpointExists if
-// checkpoint n (n > 0) is there, ErrNotFound if the run is not, otherwise
-// ErrConflict. The answer is read after the fact, which is fine: every
-// sentinel only tells the caller to re-read.
+// whyRefused names the sentinel for a refused write: ErrCheckpointExists
+// if checkpoint n (n > 0) is there, ErrNotFound if the run is not (a
+// *checkpoint.PurgedError if it was purged), otherwise ErrConflict. The
+// answer is read after the fact, which is fine: every sentinel only tells
+// the caller to re-read.
 func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 	if n > 0 {
 		e, err := s.get(ctx, cpKey(id, n))
@@ -154,6 +160,9 @@ func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 	}
 	if !e.found {
 		return checkpoint.ErrNotFound
+	}
+	if isTomb(e.value) {
+		return tombError(id, e.value)
 	}
 	return checkpoint.ErrConflict
 }

@@ -37,7 +37,7 @@ type Options struct {
 //
 // Keys, with R the run id and n the step:
 //
-//	run.<R>                  run JSON; its KV revision is Run.Rev
+//	run.<R>                  run JSON; its KV revision is Run.Rev; a purged run's tombstone
 //	cp.<R>.<n>               checkpoint n JSON, created once, kept while its run exists
 //	j.<R>.<n>                journal of step n: JSON object call name -> record
 //	f.<R>.<n>                failures of step n: {"count": N, "recent": [last records]}
@@ -49,7 +49,12 @@ type Options struct {
 //	run.<R>.p.<seq>          decision <seq> moved off the run record
 //	run.<R>.b.<sha>          a payload or reason kept apart, by its hex SHA-256
 //	due.<R>                  deadline index entry: {"at": unix ms, "lease_until": unix ms}
+//	alive.<R>                the newest liveness mark of its step (alive.go)
 //	run.=ix.…                the run indexes (index.go; "=" is in no run id)
+//	run.=ix.t.<R>            counts the tombstone of purged run R, and expires with it
+//
+// Purge deletes every key of a run but run.<R>, which holds its tombstone
+// (purge.go).
 //
 // A commit writes the checkpoint and the run in one atomic batch, or, on
 // a one-replica file bucket, the checkpoint, then the run (see Commit).
@@ -62,8 +67,9 @@ type Store struct {
 	nc      *nats.Conn
 	timeout time.Duration
 	// msgGet is the JetStream API subject that reads one message of the
-	// bucket's stream (STREAM.MSG.GET, through a domain or API prefix).
-	msgGet string
+	// bucket's stream (STREAM.MSG.GET, through a domain or API prefix);
+	// purgeAPI the one that purges its messages (STREAM.PURGE: Purge).
+	msgGet, purgeAPI string
 	// directGet + key is the direct get of a key's newest message; empty
 	// when the stream does not allow direct gets or has more than one
 	// replica: then reads go to the stream leader (see leaderGet).
@@ -105,6 +111,15 @@ type Store struct {
 	afterCheckpoint func(ctx context.Context)
 	afterIndex      func(ctx context.Context)
 	afterRecord     func(ctx context.Context)
+	// swept is when this store last swept the listings (unix ns; see
+	// sweep).
+	swept atomic.Int64
+
+	// afterTomb, when set (by tests), runs after a purge's tombstone,
+	// before the rest of the purge; finishAfter replaces the constant
+	// (tests).
+	afterTomb   func(ctx context.Context)
+	finishAfter time.Duration
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -135,9 +150,11 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	api, subjects := apiPrefix(js), "$KV."+opts.Bucket+"."
 	s := &Store{
 		kv: kv, stream: st, js: js, nc: js.Conn(), timeout: opts.Timeout,
-		msgGet:    api + "STREAM.MSG.GET.KV_" + opts.Bucket,
-		putPrefix: subjects,
-		subjects:  subjects,
+		msgGet:      api + "STREAM.MSG.GET.KV_" + opts.Bucket,
+		purgeAPI:    api + "STREAM.PURGE.KV_" + opts.Bucket,
+		finishAfter: finishAfter,
+		putPrefix:   subjects,
+		subjects:    subjects,
 	}
 	if api != jetstream.DefaultAPIPrefix {
 		s.putPrefix = api + subjects

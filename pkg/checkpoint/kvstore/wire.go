@@ -203,10 +203,13 @@ const anyRevision = ^uint64(0)
 // has no message at all, not even a delete marker; anyRevision: whatever
 // it holds) and returns the new revision. A refusal wraps errWrongRevision.
 func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	msg := &nats.Msg{Subject: s.putPrefix + key, Data: value}
-	if rev != anyRevision {
-		msg.Header = nats.Header{hdrExpectedSeq: []string{strconv.FormatUint(rev, 10)}}
-	}
+	return s.publish(ctx, key, s.putMsg(key, value, rev), rev)
+}
+
+// publish sends msg, a write of key (expecting its revision rev, for the
+// error), and returns the new revision. A refusal for another revision
+// wraps errWrongRevision.
+func (s *Store) publish(ctx context.Context, key string, msg *nats.Msg, rev uint64) (uint64, error) {
 	var reply *nats.Msg
 	var err error
 	for attempt := 0; ; attempt++ {

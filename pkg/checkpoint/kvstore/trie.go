@@ -1,0 +1,415 @@
+package kvstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// trieSource walks a time listing down from its root: newest first, from
+// a cursor, or oldest first (EndedBefore), up to a bound. It reads the
+// children of each directory it enters, then a group of leaves at once,
+// as many as the page still needs at the density seen so far. Newest
+// first, its first read takes every directory on the path to the cursor
+// (or, for a first page, to now) in one multi_last: where the listing
+// has entries there, as an active listing does, the walk down needs no
+// other directory read.
+//
+// Directories are never removed by the writes of entries, so a listing
+// whose old entries went (purged runs) would keep a trie of empty
+// directories for every later walk to read. The walk removes them: a
+// directory key (its parent's entry for a child) whose subtree it has
+// read whole and found empty, when the subtree's time ended more than
+// pruneAge ago, by a marker conditional on the sequence it read (see
+// prune). A write of an entry writes the directory keys that name a node
+// whose time ended rewriteAge ago again after the entry, whatever this
+// process remembers (see plan), so that one the walk removes while the
+// entry is being written is written again: the walk reads a directory
+// key before the leaves under it, so either it sees the entry, or the
+// writer's directory write comes after the sequence the marker expects,
+// or after the marker. A node that ended less than rewriteAge ago is no
+// walk's to remove (pruneAge).
+type trieSource struct {
+	s     *Store
+	l     ixList
+	after checkpoint.Cursor
+	// asc: oldest first, entries before before (unix ms).
+	asc    bool
+	before int64
+	// path holds the bound's bucket at each level (the cursor's, or the
+	// last millisecond before before's); bounded: there is a bound.
+	path    [trieTop + 1]int64
+	bounded bool
+	stack   []trieFrame
+	started bool
+	// dirs holds the children read ahead, by directory.
+	dirs map[trieNode][]trieChild
+	buf  []ixEntry
+	// leaves and entries read so far, and the last group of leaves, for
+	// the size of the next group.
+	leaves, entries, group int
+	// pruneBefore: a subtree whose time ends before it (unix ms) may be
+	// removed when found empty.
+	pruneBefore int64
+	// big is a leaf of more than 1024 entries being read oldest first.
+	big *bigLeaf
+}
+
+// bigLeaf is a leaf of more than 1024 entries (a burst of runs ending in
+// 16 ms) that an oldest-first walk reads a millisecond at a time, and
+// within one in stream order, as many entries at a time as it needs:
+// entries of one millisecond tie, and what a read costs grows with what
+// it needs, not with the burst (EndedBefore reads the oldest entries
+// again on every call, as the purges remove them). A newest-first walk
+// reads such a leaf whole (readPrefix).
+type bigLeaf struct {
+	b0, ms int64
+	// from is the stream sequence the next read of ms starts at.
+	from uint64
+}
+
+// pruneAge is how old the end of an empty subtree's time must be for a
+// walk to remove it; rewriteAge how old the end of a node's time must be
+// for the write of an entry under it to write the key that names it
+// again (plan). The difference covers the clocks of the processes.
+const (
+	pruneAge   = time.Hour
+	rewriteAge = 10 * time.Minute
+)
+
+// trieNode is a directory: bucket b at level (trieTop+1: the root).
+type trieNode struct {
+	level int
+	b     int64
+}
+
+// end is the end of the node's time (unix ms, exclusive).
+func (n trieNode) end() int64 { return (n.b + 1) << trieShift[n.level] }
+
+// trieChild is a child of a directory, as its directory key names it at
+// sequence seq.
+type trieChild struct {
+	b   int64
+	seq uint64
+}
+
+// trieFrame is a directory being walked: its children at level (trieTop,
+// under the root, to 0, the leaves), in the walk's order.
+type trieFrame struct {
+	level int
+	bs    []trieChild
+	i     int
+	// onPath: the directory is on the bound's path, so its children
+	// stop at the bound's.
+	onPath bool
+	// node is the directory, named in its parent by key at seq (no key:
+	// the root).
+	node trieNode
+	key  string
+	seq  uint64
+	// whole: bs holds every child of node; held: a child read holds an
+	// entry, or was not read whole, or is too young to remove.
+	whole, held bool
+}
+
+func (s *Store) source(l ixList, after checkpoint.Cursor) entrySource {
+	if !l.trie {
+		return &flatSource{s: s, l: l, after: after}
+	}
+	t := &trieSource{s: s, l: l, after: after, pruneBefore: time.Now().Add(-pruneAge).UnixMilli()}
+	if !after.IsZero() {
+		t.bounded = true
+		for k := range t.path {
+			t.path[k] = bucket(after.At.UnixMilli(), k)
+		}
+	}
+	return t
+}
+
+// ascending walks the time listing l oldest first, the entries before
+// before (unix ms).
+func (s *Store) ascending(l ixList, before int64) *trieSource {
+	t := &trieSource{s: s, l: l, asc: true, before: before, bounded: true, pruneBefore: time.Now().Add(-pruneAge).UnixMilli()}
+	for k := range t.path {
+		t.path[k] = bucket(before-1, k)
+	}
+	return t
+}
+
+// dirKey is the key that names child b (at level) in its parent directory
+// p (at level+1).
+func (l ixList) dirKey(level int, p, b int64) string {
+	if level == trieTop {
+		return l.prefix + ".r." + itoa(b)
+	}
+	return l.prefix + ".d" + strconv.Itoa(level) + "." + itoa(p) + "." + itoa(b)
+}
+
+func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
+	for len(t.buf) < n {
+		if !t.started {
+			t.started = true
+			if !t.asc {
+				if err := t.readAhead(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if err := t.enter(ctx, trieNode{level: trieTop + 1}, "", 0, t.bounded); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if t.big != nil {
+			if err := t.readBig(ctx, n-len(t.buf)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if len(t.stack) == 0 {
+			break
+		}
+		f := &t.stack[len(t.stack)-1]
+		if f.i == len(f.bs) {
+			t.pop()
+			continue
+		}
+		if f.level == 0 {
+			if err := t.readLeaves(ctx, f, n-len(t.buf)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		c := f.bs[f.i]
+		f.i++
+		child := trieNode{level: f.level, b: c.b}
+		if err := t.enter(ctx, child, t.l.dirKey(f.level, f.node.b, c.b), c.seq, f.onPath && c.b == t.path[f.level]); err != nil {
+			return nil, err
+		}
+	}
+	n = min(n, len(t.buf))
+	out := t.buf[:n]
+	t.buf = t.buf[n:]
+	return out, nil
+}
+
+// pop leaves the directory walked whole: removed when nothing under it
+// holds an entry, else its parent holds one.
+func (t *trieSource) pop() {
+	f := t.stack[len(t.stack)-1]
+	t.stack = t.stack[:len(t.stack)-1]
+	if f.key != "" && f.whole && !f.held && f.node.end() <= t.pruneBefore {
+		t.prune(f.key, f.seq)
+		return
+	}
+	if len(t.stack) > 0 {
+		t.stack[len(t.stack)-1].held = true
+	}
+}
+
+// prune removes the directory key key, as read at seq, without waiting
+// for the answer (a reader without write permission only gets it
+// refused): a marker conditional on seq, so that a directory written
+// again since stays.
+func (t *trieSource) prune(key string, seq uint64) {
+	_ = t.s.nc.PublishMsg(t.s.markerMsg(key, seq))
+}
+
+// readAhead reads the children of every directory on the path to the
+// cursor, or to now, in one read.
+func (t *trieSource) readAhead(ctx context.Context) error {
+	ms := time.Now().UnixMilli()
+	if !t.after.IsZero() {
+		ms = t.after.At.UnixMilli()
+	}
+	filters := []string{t.l.dirFilter(trieTop+1, 0)}
+	for k := trieTop; k > 0; k-- {
+		filters = append(filters, t.l.dirFilter(k, bucket(ms, k)))
+	}
+	msgs, err := t.s.readLast(ctx, filters)
+	if err != nil {
+		return err
+	}
+	t.dirs = map[trieNode][]trieChild{}
+	for _, f := range filters {
+		t.dirs[t.nodeOf(f)] = nil // read: no child is an answer too
+	}
+	for _, m := range msgs {
+		if node, child, ok := t.l.parseDir(m); ok {
+			t.dirs[node] = append(t.dirs[node], trieChild{child, m.seq})
+		}
+	}
+	return nil
+}
+
+// nodeOf is the directory whose children filter (a dirFilter) matches.
+func (t *trieSource) nodeOf(filter string) trieNode {
+	node, _, _ := t.l.parseDir(ixMsg{key: strings.TrimSuffix(filter, "*") + "0"})
+	return node
+}
+
+// parseDir reads a directory key of l: the directory and the child it
+// names.
+func (l ixList) parseDir(m ixMsg) (trieNode, int64, bool) {
+	rest, ok := strings.CutPrefix(m.key, l.prefix+".")
+	if !ok || m.marker {
+		return trieNode{}, 0, false
+	}
+	t := strings.Split(rest, ".")
+	child, err := strconv.ParseInt(t[len(t)-1], 10, 64)
+	switch {
+	case err != nil:
+		return trieNode{}, 0, false
+	case len(t) == 2 && t[0] == "r":
+		return trieNode{level: trieTop + 1}, child, true
+	case len(t) == 3 && len(t[0]) == 2 && t[0][0] == 'd':
+		k, err1 := strconv.Atoi(t[0][1:])
+		b, err2 := strconv.ParseInt(t[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return trieNode{}, 0, false
+		}
+		return trieNode{level: k + 1, b: b}, child, true
+	}
+	return trieNode{}, 0, false
+}
+
+// enter walks the children of node next, read ahead or read now; key
+// and seq name node in its parent.
+func (t *trieSource) enter(ctx context.Context, node trieNode, key string, seq uint64, onPath bool) error {
+	children, ok := t.dirs[node]
+	if !ok {
+		msgs, err := t.s.readLast(ctx, []string{t.l.dirFilter(node.level, node.b)})
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			if _, child, ok := t.l.parseDir(m); ok {
+				children = append(children, trieChild{child, m.seq})
+			}
+		}
+	}
+	f := trieFrame{level: node.level - 1, onPath: onPath, node: node, key: key, seq: seq, whole: true}
+	for _, c := range children {
+		if onPath && c.b > t.path[node.level-1] {
+			f.whole = false
+			continue
+		}
+		f.bs = append(f.bs, c)
+	}
+	slices.SortFunc(f.bs, func(a, b trieChild) int {
+		if t.asc {
+			return cmp.Compare(a.b, b.b)
+		}
+		return cmp.Compare(b.b, a.b)
+	})
+	t.stack = append(t.stack, f)
+	return nil
+}
+
+// readBig reads the next entries of t.big, up to need (at least 64) of
+// one millisecond, and moves to the next millisecond once one is read.
+func (t *trieSource) readBig(ctx context.Context, need int) error {
+	b := t.big
+	if b.ms >= (b.b0+1)<<trieShift[0] || b.ms >= t.before {
+		t.big = nil
+		return nil
+	}
+	filter := t.l.prefix + ".e." + itoa(b.b0) + "." + itoa(b.ms) + ".>"
+	msgs, next, more, err := t.s.readFrom(ctx, filter, b.from, max(need, 64))
+	if err != nil {
+		return err
+	}
+	var got []ixEntry
+	for _, m := range msgs {
+		if e, ok := t.l.parse(m); ok {
+			got = append(got, e)
+		}
+	}
+	sort.Slice(got, func(i, j int) bool { return earlier(got[i], got[j]) })
+	t.buf = append(t.buf, got...)
+	if b.from = next; !more {
+		b.ms, b.from = b.ms+1, 0
+	}
+	return nil
+}
+
+// maxLeafGroup bounds the leaves read at once.
+const maxLeafGroup = 256
+
+// readLeaves reads the next group of f's leaves: as many as hold need
+// entries at the density read so far, fewer when they hold more than one
+// read returns. A leaf that holds no entry is removed (when old enough).
+func (t *trieSource) readLeaves(ctx context.Context, f *trieFrame, need int) error {
+	// The density seen so far, at most doubling the last group: a first
+	// leaf that is nearly empty says little about the next ones.
+	g, need := 1, min(need, 1<<20)
+	if t.leaves > 0 {
+		g = min(need*t.leaves/max(t.entries, 1)+1, 2*t.group)
+	}
+	g = min(g, maxLeafGroup, len(f.bs)-f.i)
+	for {
+		leaves := f.bs[f.i : f.i+g]
+		filters := make([]string, g)
+		for k, c := range leaves {
+			filters[k] = t.l.leafFilter(c.b)
+		}
+		msgs, err := t.s.readLast(ctx, filters)
+		if errors.Is(err, errTooMany) && g > 1 {
+			g /= 2
+			continue
+		}
+		if errors.Is(err, errTooMany) && t.asc && t.s.batchReads() {
+			f.i++
+			f.held = true
+			t.big = &bigLeaf{b0: leaves[0].b, ms: leaves[0].b << trieShift[0]}
+			return nil
+		}
+		if errors.Is(err, errTooMany) {
+			msgs, err = t.s.readPrefix(ctx, filters[0])
+		}
+		if err != nil {
+			return err
+		}
+		f.i += g
+		held := map[int64]bool{}
+		var got []ixEntry
+		for _, m := range msgs {
+			if m.marker {
+				continue
+			}
+			e, ok := t.l.parse(m)
+			if !ok {
+				f.held = true // not an entry: keep the directory
+				continue
+			}
+			held[bucket(e.ms, 0)] = true
+			if (t.asc && e.ms < t.before) || (!t.asc && e.after(t.after)) {
+				got = append(got, e)
+			}
+		}
+		for _, c := range leaves {
+			if !held[c.b] && (trieNode{0, c.b}).end() <= t.pruneBefore {
+				t.prune(t.l.dirKey(0, f.node.b, c.b), c.seq)
+			} else {
+				f.held = true
+			}
+		}
+		sort.Slice(got, func(i, j int) bool {
+			if t.asc {
+				return earlier(got[i], got[j])
+			}
+			return got[i].before(got[j])
+		})
+		t.buf = append(t.buf, got...)
+		t.leaves += g
+		t.entries += len(got)
+		t.group = g
+		return nil
+	}
+}
