@@ -73,6 +73,14 @@ type PageQuery struct {
 	After Cursor
 }
 
+// Size is the page size q asks for: its Limit, or DefaultPageLimit.
+func (q PageQuery) Size() int {
+	if q.Limit == 0 {
+		return DefaultPageLimit
+	}
+	return q.Limit
+}
+
 // Validate says what is wrong with q, or nil.
 func (q PageQuery) Validate() error {
 	if q.Status != "" && !q.Status.Valid() {

@@ -191,10 +191,7 @@ func (s *Store) PageRuns(ctx context.Context, q checkpoint.PageQuery) (checkpoin
 	if err := q.Validate(); err != nil {
 		return checkpoint.RunPage{}, fmt.Errorf("page runs: %w", err)
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = checkpoint.DefaultPageLimit
-	}
+	limit := q.Size()
 	l := listOf(q.Status, q.Workflow)
 	src := s.source(l, q.After)
 	var got []listed

@@ -141,10 +141,7 @@ func (s *Store) PageRuns(ctx context.Context, q checkpoint.PageQuery) (checkpoin
 	if err := q.Validate(); err != nil {
 		return checkpoint.RunPage{}, fmt.Errorf("page runs: %w", err)
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = checkpoint.DefaultPageLimit
-	}
+	limit := q.Size()
 	keys, err := s.newest(ctx, q, limit+1)
 	if err != nil {
 		return checkpoint.RunPage{}, fmt.Errorf("page runs: %w", err)
