@@ -60,6 +60,19 @@ type Store interface {
 	Delete(ctx context.Context, name string) error
 }
 
+// Stater is a Store that reads one object's description by name, without
+// listing the bucket. Both stores of this module implement it; a reader
+// that knows a name but not its digest (an archived run) needs it.
+type Stater interface {
+	// Stat describes object name; ErrNotFound when there is none.
+	Stat(ctx context.Context, name string) (Info, error)
+}
+
+// RefOf is the Ref of the object info describes in bucket.
+func RefOf(bucket string, info Info) Ref {
+	return Ref{Bucket: bucket, Name: info.Name, Digest: info.Digest, Size: info.Size}
+}
+
 var (
 	// ErrNotFound: no blob of that name (never stored, or deleted by
 	// retention after its run ended).

@@ -23,7 +23,10 @@ type memObject struct {
 	info Info
 }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store  = (*Memory)(nil)
+	_ Stater = (*Memory)(nil)
+)
 
 // NewMemory returns an empty Memory store whose Refs name bucket.
 func NewMemory(bucket string) *Memory {
@@ -86,6 +89,23 @@ func (m *Memory) List(ctx context.Context, prefix string) ([]Info, error) {
 	}
 	return out, nil
 }
+
+// Stat implements Stater.
+func (m *Memory) Stat(ctx context.Context, name string) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, ok := m.objs[name]
+	if !ok {
+		return Info{}, fmt.Errorf("blob %s: %w", name, ErrNotFound)
+	}
+	return o.info, nil
+}
+
+// Bucket is the bucket its Refs name.
+func (m *Memory) Bucket() string { return m.bucket }
 
 // Delete implements Store.
 func (m *Memory) Delete(ctx context.Context, name string) error {

@@ -24,6 +24,40 @@ func Run(t *testing.T, newStore func(t *testing.T) blob.Store) {
 	t.Run("OpenChecksTheRef", func(t *testing.T) { testOpenChecks(t, newStore(t)) })
 	t.Run("EmptyBlob", func(t *testing.T) { testEmpty(t, newStore(t)) })
 	t.Run("ListDelete", func(t *testing.T) { testListDelete(t, newStore(t)) })
+	t.Run("Stat", func(t *testing.T) { testStat(t, newStore(t)) })
+}
+
+// testStat: a Stater describes an object by name, as Put's Ref does, so
+// that the object can be opened without a listing; a missing one is
+// ErrNotFound.
+func testStat(t *testing.T, s blob.Store) {
+	st, ok := s.(blob.Stater)
+	if !ok {
+		t.Skip("the store is not a blob.Stater")
+	}
+	ctx := ctxFor(t)
+	data := Data(1000, 7)
+	ref, err := s.Put(ctx, "r1/archive.json.gz", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Stat(ctx, ref.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := blob.RefOf(ref.Bucket, info); got != ref {
+		t.Fatalf("Stat gives the ref %+v, Put gave %+v", got, ref)
+	}
+	if info.ModTime.IsZero() {
+		t.Error("Stat gives no modification time")
+	}
+	got, err := ReadAll(t, ctx, s, blob.RefOf(ref.Bucket, info))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("open by Stat's ref: %d bytes, %v", len(got), err)
+	}
+	if _, err := st.Stat(ctx, "r1/missing"); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("Stat of a missing object: %v, want ErrNotFound", err)
+	}
 }
 
 func ctxFor(t *testing.T) context.Context {

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,6 +40,15 @@ type Options struct {
 	Storage jetstream.StorageType
 	// MaxBytes bounds the bucket when New creates it. Default unlimited.
 	MaxBytes int64
+	// TTL, when New creates the bucket, is how long an object is kept
+	// (the stream's MaxAge). Default 0: for ever.
+	TTL time.Duration
+	// Description of the bucket when New creates it.
+	Description string
+	// NoCreate: New binds an existing bucket only, and fails with an
+	// error wrapping blob.ErrNotFound when there is none (a reader that
+	// must not create what a writer configures).
+	NoCreate bool
 }
 
 // Store is a blob.Store on a JetStream Object Store bucket.
@@ -48,7 +58,10 @@ type Store struct {
 	bucket string
 }
 
-var _ blob.Store = (*Store)(nil)
+var (
+	_ blob.Store  = (*Store)(nil)
+	_ blob.Stater = (*Store)(nil)
+)
 
 // New binds the bucket, creating it when missing. It is safe to call from
 // many processes at once. An existing bucket keeps its configuration.
@@ -59,14 +72,21 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if opts.Replicas == 0 {
 		opts.Replicas = 1
 	}
+	if opts.Description == "" {
+		opts.Description = "durable run blobs: documents, files, screenshots"
+	}
 	obs, err := js.ObjectStore(ctx, opts.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && opts.NoCreate {
+		return nil, fmt.Errorf("blob bucket %s: %w", opts.Bucket, blob.ErrNotFound)
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      opts.Bucket,
-			Description: "durable run blobs: documents, files, screenshots",
+			Description: opts.Description,
 			Replicas:    opts.Replicas,
 			Storage:     opts.Storage,
 			MaxBytes:    opts.MaxBytes,
+			TTL:         opts.TTL,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) { // another process was first
 			obs, err = js.ObjectStore(ctx, opts.Bucket)
@@ -167,6 +187,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]blob.Info, error) {
 		out = append(out, blob.Info{Name: o.Name, Digest: o.Digest, Size: int64(o.Size), ModTime: o.ModTime})
 	}
 	return out, nil
+}
+
+// Stat implements blob.Stater: one read of the object's metadata.
+func (s *Store) Stat(ctx context.Context, name string) (blob.Info, error) {
+	info, err := s.obs.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return blob.Info{}, fmt.Errorf("blob %s: %w", name, blob.ErrNotFound)
+	}
+	if err != nil {
+		return blob.Info{}, fmt.Errorf("blob %s: %w", name, err)
+	}
+	return blob.Info{Name: info.Name, Digest: info.Digest, Size: int64(info.Size), ModTime: info.ModTime}, nil
 }
 
 // Delete implements blob.Store: it deletes the object (purging its
