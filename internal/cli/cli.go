@@ -33,6 +33,8 @@ Usage:
                     [--past-ttl] [--stuck [--stuck-after 15m]] [--limit 100] [--cursor C] [--json]
                                       newest first, one page; the next page's cursor on stderr
   durable runs show RUN [--json]      timeline: steps, attempts, effects, parks, decisions
+  durable runs export --ended-before T [--ended-after T] [--status S] [--workflow W] [--archived]
+                                      ended runs as JSON lines (one runs show --json each)
   durable runs cancel RUN
   durable runs redrive RUN            a dead run back to its failed step
   durable dlq list [--json]
@@ -48,7 +50,8 @@ Usage:
                 [--parked N] [--only parked|fanout] [--sweep-schedulers K] [--durability default|strict]
                 [--history N] [--json] [--profile DIR]
   durable worker [--nats URL] [--redis URL] [--concurrency N] [--ack-wait D] [--step-timeout D] [--metrics ADDR]
-  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--step-timeout D] [--parallel N] [--blob-retention D] [--metrics ADDR]
+  durable scheduler [--nats URL] [--redis URL] [--stuck-after D] [--step-timeout D] [--parallel N] [--blob-retention D]
+                    [--retention 30d] [--archive] [--metrics ADDR]
                     [--fleet-interval D] [--stuck-min D] [--ttl-grace D]
   durable approver --tokens FILE [--http ADDR] [--event-secrets FILE] [--four-eyes] [--metrics ADDR]
                    [--trace-url URL]

@@ -70,7 +70,7 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return service.Usagef("runs: want list, show RUN, cancel RUN or redrive RUN")
+		return service.Usagef("runs: want list, show RUN, export, cancel RUN or redrive RUN")
 	}
 	switch args[0] {
 	case "list":
@@ -81,8 +81,10 @@ func cmdRuns(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return cmdRunsCancel(ctx, args[1:], stdout, stderr)
 	case "redrive":
 		return cmdRunsRedrive(ctx, args[1:], stdout, stderr)
+	case "export":
+		return cmdRunsExport(ctx, args[1:], stdout, stderr)
 	}
-	return service.Usagef("runs: unknown subcommand %q (list, show, cancel, redrive)", args[0])
+	return service.Usagef("runs: unknown subcommand %q (list, show, export, cancel, redrive)", args[0])
 }
 
 func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -57,7 +57,7 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer waitMetrics()
 	p := &devProcs{
 		c: service.Conn{NATSURL: env.NATSURL, RedisURL: o.redisURL, KVBucket: "durable"},
-		m: m, stderr: stderr, errs: make(chan error, o.workers+2), retention: time.Duration(o.retention),
+		m: m, stderr: stderr, errs: make(chan error, o.workers+2), retention: time.Duration(o.retention), archive: o.archive,
 	}
 	defer p.close()
 	if err := p.startWorkers(ctx, o); err != nil {
@@ -90,6 +90,7 @@ type devOptions struct {
 	natsPort, workers, concurrency                             int
 	ackWait                                                    time.Duration
 	retention                                                  schedulercmd.Days
+	archive                                                    bool
 }
 
 func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
@@ -103,6 +104,7 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	o.retention = schedulercmd.Days(scheduler.DefaultRetention)
 	fs.Var(&o.retention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone (env DURABLE_RETENTION)")
+	fs.BoolVar(&o.archive, "archive", false, "archive a run (gzipped JSON in the Object Store bucket "+client.ArchiveBucket+") before retention purges it; `durable runs show` reads it (env DURABLE_ARCHIVE=1)")
 	// The env default is read after parsing so that -h never prints it.
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage+"; /metrics is also served on --http")
@@ -126,6 +128,9 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 			return o, service.Usagef("dev: DURABLE_RETENTION %v", err)
 		}
 	}
+	if os.Getenv("DURABLE_ARCHIVE") == "1" {
+		o.archive = true
+	}
 	if o.workers < 0 || o.workers > 64 {
 		return o, service.Usagef("dev: --workers must be between 0 and 64")
 	}
@@ -138,6 +143,7 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 type devProcs struct {
 	c         service.Conn
 	retention time.Duration
+	archive   bool
 	m         *metrics.Metrics
 	stderr    io.Writer
 	sessions  []*service.Session
@@ -201,7 +207,13 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sch, err := scheduler.New(scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog, Retention: p.retention})
+	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog, Retention: p.retention}
+	if p.archive {
+		if cfg.Archive, err = p.c.OpenArchive(ctx, s, 0); err != nil {
+			return err
+		}
+	}
+	sch, err := scheduler.New(cfg)
 	if err != nil {
 		return err
 	}

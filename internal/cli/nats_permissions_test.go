@@ -419,6 +419,11 @@ func TestNATSPermissions(t *testing.T) {
 	if err := kvStream.Purge(pctx, jetstream.WithPurgeSubject("$KV.durable.cp.sec-none.1")); err != nil {
 		t.Fatalf("scheduler purges a run's checkpoint key: %v", err)
 	}
+	ajs, err := jetstream.New(conns["approver"].nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkArchiveRights(t, pctx, sjs, ajs, "sec-pending")
 	// Dead letters are the worker's; no run here dies.
 	wjs, err := jetstream.New(conns["worker"].nc)
 	if err != nil {

@@ -196,6 +196,13 @@ func printRunHeader(w io.Writer, v client.RunView) {
 	if v.Error != "" {
 		fmt.Fprintf(w, "error: %s\n", v.Error)
 	}
+	if a := v.Archived; a != nil {
+		fmt.Fprintf(w, "archived %s: retention purged the run from the store; this is its archive (%s/%s, %d bytes)", a.At.Local().Format(time.DateTime), a.Bucket, a.Object, a.Bytes)
+		if a.Purged != nil {
+			fmt.Fprintf(w, ", purged %s", a.Purged.PurgedAt.Local().Format(time.DateTime))
+		}
+		fmt.Fprintln(w)
+	}
 	if len(v.State) > 0 {
 		fmt.Fprintf(w, "state %s\n", cut(string(v.State), 200))
 	}

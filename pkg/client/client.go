@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
@@ -49,6 +50,7 @@ type Client struct {
 	js        jetstream.JetStream
 	store     checkpoint.Store
 	workflows workflowCache
+	archive   blob.Store // WithArchive; nil: the bucket ArchiveBucket
 }
 
 // workflowsTTL is how long Start trusts the registered workflows it read
@@ -82,8 +84,12 @@ func (w *workflowCache) put(infos []checkpoint.WorkflowInfo) {
 // the same --nats and --redis settings. A JetStream of your own should be
 // made with jetstream.WithPublishAsyncTimeout(queue.PublishTimeout): the
 // client publishes asynchronously and awaits the PubAcks (queue.PublishAll).
-func New(js jetstream.JetStream, store checkpoint.Store) *Client {
-	return &Client{js: js, store: store}
+func New(js jetstream.JetStream, store checkpoint.Store, opts ...Option) *Client {
+	c := &Client{js: js, store: store}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Store is the client's checkpoint store.

@@ -56,6 +56,9 @@ type RunView struct {
 	// running or dead run), oldest first.
 	PendingFailures []checkpoint.Failure `json:"pending_failures,omitempty"`
 	State           json.RawMessage      `json:"state,omitempty"`
+	// Archived is set when the run was purged from the store and this
+	// view was read from its archive (see Client.Archive).
+	Archived *Archived `json:"archived,omitempty"`
 }
 
 // CheckpointView summarises one checkpoint.
@@ -190,9 +193,15 @@ func CheckpointBytes(cp checkpoint.Checkpoint) int {
 // delivery (one extra read per such step).
 func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 	run, err := c.store.GetRun(ctx, id)
-	var purged *checkpoint.PurgedError
-	if errors.As(err, &purged) {
-		return RunView{}, purged // it says what the run was, and when it ended
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		// Purged, or never stored: its archive, when there is one, else
+		// the error (a *checkpoint.PurgedError says what the run was, and
+		// when it ended).
+		var purged *checkpoint.PurgedError
+		if errors.As(err, &purged) {
+			return c.fromArchive(ctx, id, purged)
+		}
+		return c.fromArchive(ctx, id, fmt.Errorf("run %s: %w", id, err))
 	}
 	if err != nil {
 		return RunView{}, fmt.Errorf("run %s: %w", id, err)

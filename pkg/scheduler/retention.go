@@ -123,6 +123,19 @@ func (s *Scheduler) purgeOne(ctx context.Context, r checkpoint.Retention, run ch
 		}
 		return kept
 	}
+	if s.cfg.Archive != nil {
+		if _, err := s.cfg.Client.Archive(ctx, s.cfg.Archive, run.ID); err != nil {
+			if errors.Is(err, checkpoint.ErrNotFound) {
+				return raced // purged by another scheduler meanwhile
+			}
+			if ctx.Err() == nil {
+				s.c.errors.Add(1)
+				s.log.Warn().Err(err).Str("run_id", run.ID).Msg("retention: archive (the run is kept)")
+			}
+			return failed
+		}
+		s.c.archived.Add(1)
+	}
 	err := r.Purge(ctx, run, s.cfg.TombstoneRetention)
 	switch {
 	case err == nil:

@@ -73,6 +73,12 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// PurgeRate bounds the runs purged a second. Default DefaultPurgeRate.
 	PurgeRate int
+	// Archive, when set, has retention write each run to it before
+	// purging it (client.Client.Archive: one gzipped JSON document of the
+	// run with its checkpoints and audit), so that `durable runs show`
+	// still reads it. A run whose archive fails is not purged. Usually
+	// the Object Store bucket client.ArchiveBucket.
+	Archive blob.Store
 	// Logger for structured logs. Default: zerolog's global logger
 	// (github.com/rs/zerolog/log.Logger); zerolog.Nop() silences it.
 	Logger *zerolog.Logger
@@ -83,7 +89,7 @@ type Config struct {
 // Stats counts what a scheduler did.
 type Stats struct {
 	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
-	BlobsDeleted, Purged                                                      int64
+	BlobsDeleted, Purged, Archived                                            int64
 }
 
 // DefaultStepTimeout is the workers' default step timeout
@@ -96,12 +102,15 @@ type Scheduler struct {
 	log   zerolog.Logger
 	store checkpoint.Store
 	c     struct {
-		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted, purged atomic.Int64
+		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted, purged, archived atomic.Int64
 	}
 }
 
 // New validates cfg.
 func New(cfg Config) (*Scheduler, error) {
+	if _, ok := cfg.Archive.(blob.Stater); cfg.Archive != nil && !ok {
+		return nil, errors.New("scheduler: Config.Archive must be a blob.Stater, or archived runs cannot be read back")
+	}
 	if cfg.Client == nil {
 		return nil, errors.New("scheduler: Config.Client is required")
 	}
@@ -160,6 +169,7 @@ func (s *Scheduler) Stats() Stats {
 		Claimed: s.c.claimed.Load(), Rejected: s.c.rejected.Load(), Escalated: s.c.escalated.Load(),
 		Reminded: s.c.reminded.Load(), Woke: s.c.woke.Load(), Repaired: s.c.repaired.Load(),
 		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(), BlobsDeleted: s.c.blobsDeleted.Load(), Purged: s.c.purged.Load(),
+		Archived: s.c.archived.Load(),
 	}
 }
 

@@ -44,6 +44,10 @@ func RegisterMetrics(m *metrics.Metrics, stats func() scheduler.Stats) {
 		Help: "Ended runs the scheduler purged past --retention (each leaves a tombstone).",
 	}, stat(func(st scheduler.Stats) int64 { return st.Purged })))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "durable_scheduler_runs_archived_total",
+		Help: "Runs the scheduler wrote to the archive (--archive) before purging them.",
+	}, stat(func(st scheduler.Stats) int64 { return st.Archived })))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "durable_scheduler_errors_total",
 		Help: "Store or publish errors of the scheduler's sweeps and repairs (retried on the next pass).",
 	}, stat(func(st scheduler.Stats) int64 { return st.Errors })))

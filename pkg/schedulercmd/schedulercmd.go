@@ -89,6 +89,8 @@ type options struct {
 	stepTimeout                       time.Duration
 	runRetention, tombstones          Days
 	purgeRate                         int
+	archive                           bool
+	archiveTTL                        Days
 }
 
 // Days is a duration flag (flag.Value) that also takes whole days
@@ -139,6 +141,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.Var(&o.runRetention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone; default 30d, or DURABLE_RETENTION")
 	fs.IntVar(&o.purgeRate, "purge-rate", scheduler.DefaultPurgeRate, "purge at most this many ended runs a second")
+	fs.BoolVar(&o.archive, "archive", os.Getenv("DURABLE_ARCHIVE") == "1", "before purging a run, write it with its checkpoints and audit to the Object Store bucket "+client.ArchiveBucket+" (one gzipped JSON document), which `durable runs show` reads; or DURABLE_ARCHIVE=1")
+	fs.Var(&o.archiveTTL, "archive-retention", "with --archive, when it creates the bucket: keep an archived run this long (0: for ever)")
 	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)
 	fs.DurationVar(&o.fleetEvery, "fleet-interval", 30*time.Second, "with --metrics: time between scans of the fleet gauges (each reads the run index's counters, the live runs and the consumers)")
@@ -165,6 +169,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.retention < 0 {
 		return nil, service.Usagef("scheduler: --blob-retention %s: want 0 (keep) or a positive duration", o.retention)
+	}
+	if o.archive && o.runRetention == 0 {
+		return nil, service.Usagef("scheduler: --archive with --retention 0: nothing is purged, so nothing would be archived")
 	}
 	if o.purgeRate < 1 {
 		return nil, service.Usagef("scheduler: --purge-rate %d: want at least 1 run a second", o.purgeRate)
@@ -231,6 +238,13 @@ func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*schedul
 			return nil, fmt.Errorf("--blob-retention: %w", err)
 		}
 		cfg.Blobs, cfg.BlobRetention = blobs, r.o.retention
+	}
+	if r.o.archive {
+		archive, err := r.o.conn.OpenArchive(ctx, s, time.Duration(r.o.archiveTTL))
+		if err != nil {
+			return nil, fmt.Errorf("--archive: %w", err)
+		}
+		cfg.Archive = archive
 	}
 	sch, err := scheduler.New(cfg)
 	if err != nil {

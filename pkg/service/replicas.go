@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/durable-run/durable/pkg/blob/objstore"
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
 )
 
@@ -80,6 +82,18 @@ func (c *Conn) OpenBlobs(ctx context.Context, s *Session) (*objstore.Store, erro
 		return nil, c.ReplicasError(fmt.Errorf("open the blob store (Object Store bucket %s): %w", objstore.DefaultBucket, err))
 	}
 	return blobs, nil
+}
+
+// OpenArchive opens the run archive (Object Store bucket
+// client.ArchiveBucket), creating it with --replicas when it is missing;
+// a bucket created here keeps an archive for ttl (0: for ever).
+func (c *Conn) OpenArchive(ctx context.Context, s *Session, ttl time.Duration) (*objstore.Store, error) {
+	archive, err := objstore.New(ctx, s.JetStream, objstore.Options{Bucket: client.ArchiveBucket, Replicas: c.Replicas, TTL: ttl,
+		Description: "durable run archive: runs purged by retention, one gzipped JSON document each"})
+	if err != nil {
+		return nil, c.ReplicasError(fmt.Errorf("open the run archive (Object Store bucket %s): %w", client.ArchiveBucket, err))
+	}
+	return archive, nil
 }
 
 // WarnFewReplicas logs the streams and buckets that exist with fewer
