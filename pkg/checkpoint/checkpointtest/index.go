@@ -220,6 +220,30 @@ func testPageRunsStatusTime(t *testing.T, s checkpoint.Store) {
 	}
 }
 
+// testPageRunsCreatedInStatus: a run created in a status (an import, a
+// copy) took it at its UpdatedAt, as every later write's status does: x,
+// created before y but updated after it, lists first among the completed,
+// and ends after y for retention.
+func testPageRunsCreatedInStatus(t *testing.T, s checkpoint.Store) {
+	t0 := past()
+	x := runAt("x", "claim", checkpoint.StatusCompleted, t0)
+	x.UpdatedAt = t0.Add(ms(20))
+	mustCreate(t, s, x)
+	mustCreate(t, s, runAt("y", "claim", checkpoint.StatusCompleted, t0.Add(ms(10))))
+	if got := runIDs(page(t, s, checkpoint.PageQuery{Status: checkpoint.StatusCompleted}).Runs); got != "x y" {
+		t.Errorf("completed = %q, want \"x y\" (x completed at its UpdatedAt, after y)", got)
+	}
+	if got := runIDs(page(t, s, checkpoint.PageQuery{}).Runs); got != "y x" {
+		t.Errorf("every run = %q, want \"y x\" (by creation)", got)
+	}
+	if r, ok := s.(checkpoint.Retention); ok {
+		ended, err := r.EndedBefore(ctx(t), t0.Add(ms(15)), 10)
+		if err != nil || runIDs(ended) != "y" {
+			t.Errorf("EndedBefore(t0+15ms) = %q, %v; want y only", runIDs(ended), err)
+		}
+	}
+}
+
 // testPageRunsPaging: paging through with each page's Next lists every
 // run once, in order, with Next zero on the last page only (also when the
 // last page is full).

@@ -76,6 +76,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"ListRunsTransitions", testListRunsTransitions},
 		{"PageRunsNewestFirst", testPageRunsNewestFirst},
 		{"PageRunsStatusTime", testPageRunsStatusTime},
+		{"PageRunsCreatedInStatus", testPageRunsCreatedInStatus},
 		{"PageRunsPaging", testPageRunsPaging},
 		{"PageRunsTies", testPageRunsTies},
 		{"PageRunsLimit", testPageRunsLimit},

@@ -65,7 +65,8 @@ const markerTTL = "1s"
 // is never listed twice or in the wrong status.
 type ixState struct {
 	// At is when the run took its status (unix ms): its status entries'
-	// time. A run created in a status took it at its CreatedAt.
+	// time. A run created in a status took it at its UpdatedAt (which
+	// CreateRun defaults to its CreatedAt).
 	At int64 `json:"at"`
 	// N is the nonce of its status entries, C of its creation entries
 	// (whose time is CreatedAt).
@@ -260,7 +261,7 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 		}
 	default:
 		n := nonce()
-		ix = ixState{At: next.CreatedAt.UnixMilli(), N: n, C: n}
+		ix = ixState{At: entered(next), N: n, C: n}
 	}
 	ended := time.Now().Add(-rewriteAge).UnixMilli()
 	add := func(entries, dirs []string, ms int64) {
