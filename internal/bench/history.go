@@ -58,6 +58,9 @@ const (
 	// historyStartsPerRound runs started one at a time per round (and
 	// cancelled after it, so that the live work stays what it was).
 	historyStartsPerRound = 10
+	// historyStepsPerRound: the steps of the bench-linear run a round runs
+	// to its end on the measured store (StepP50MS).
+	historyStepsPerRound = 5
 	// historyQuickReps: the figures of a millisecond (a page of runs) are
 	// taken this many times per round.
 	historyQuickReps = 5
@@ -184,13 +187,20 @@ type HistoryFigures struct {
 	RunsListMS float64 `json:"runs_list_waiting_ms"`
 	// StartP50MS: client.Start of a claims-9 run, one at a time.
 	StartP50MS float64 `json:"start_p50_ms"`
+	// StepP50MS: the p50 of a step of a bench-linear run, one run of
+	// historyStepsPerRun steps a round through a worker process, a step
+	// timed from its predecessor's checkpoint (the first from the run's
+	// creation) to its own: publish, delivery, body and commit. The
+	// measured store's only (the twin has no worker: two would share the
+	// workflow's consumer).
+	StepP50MS float64 `json:"step_p50_ms,omitempty"`
 }
 
 // timed are the figures the ratios compare, by name.
 func (f HistoryFigures) timed() []namedFigure {
 	return []namedFigure{
 		{"repair", f.RepairMS}, {"list_page", f.ListPageMS}, {"api_runs", f.APIRunsMS},
-		{"gauges", f.GaugesMS}, {"runs_list", f.RunsListMS}, {"start_p50", f.StartP50MS},
+		{"gauges", f.GaugesMS}, {"runs_list", f.RunsListMS}, {"start_p50", f.StartP50MS}, {"step_p50", f.StepP50MS},
 	}
 }
 
@@ -365,9 +375,9 @@ func (r *HistoryResult) resultLine(durability string) string {
 		purgeRate = fmt.Sprintf("%.0f", *r.PurgeRunsPerS)
 	}
 	return fmt.Sprintf("RESULT system=%s phase=history ended_runs=%d repair_ms=%.2f list_page_ms=%.2f gauges_ms=%.2f start_p50_ms=%.3f worst_ratio_to_empty=%.2f bytes_per_ended_run=%.0f bytes_per_tombstone=%s"+
-		" runs_list_ms=%.2f api_runs_ms=%.2f worst_ratio_to_twin=%.2f purge_runs_per_s=%s worst_ratio_during_purge=%.2f fill=%s durability=%s",
+		" runs_list_ms=%.2f api_runs_ms=%.2f step_p50_ms=%.3f worst_ratio_to_twin=%.2f purge_runs_per_s=%s worst_ratio_during_purge=%.2f step_p50_ratio_during_purge=%.2f fill=%s durability=%s",
 		r.System, r.EndedRuns, r.Full.RepairMS, r.Full.ListPageMS, r.Full.GaugesMS, r.Full.StartP50MS, r.WorstRatio, r.BytesPerEndedRun, tomb,
-		r.Full.RunsListMS, r.Full.APIRunsMS, r.WorstTwinRatio, purgeRate, r.WorstPurgeRatio, r.Fill, durability)
+		r.Full.RunsListMS, r.Full.APIRunsMS, r.Full.StepP50MS, r.WorstTwinRatio, purgeRate, r.WorstPurgeRatio, r.PurgeRatios["step_p50"], r.Fill, durability)
 }
 
 // Failures joins the errors of the phases that failed on a store while

@@ -88,7 +88,7 @@ func (in *historyInstruments) close() {
 
 // historySamples are the rounds' timings of one store.
 type historySamples struct {
-	repair, page, api, scan, scrape, gauges, runsList, starts []time.Duration
+	repair, page, api, scan, scrape, gauges, runsList, starts, steps []time.Duration
 	scanAlloc, heapInuse                                      []int64 // bytes
 }
 
@@ -97,7 +97,7 @@ func (s *historySamples) figures() HistoryFigures {
 		RepairMS: medianMS(s.repair), ListPageMS: medianMS(s.page), APIRunsMS: medianMS(s.api),
 		GaugesMS: medianMS(s.gauges), ScanMS: medianMS(s.scan), ScrapeMS: medianMS(s.scrape),
 		ScanAllocMiB: mib(medianBytes(s.scanAlloc)), HeapInuseMiB: mib(medianBytes(s.heapInuse)),
-		RunsListMS: medianMS(s.runsList), StartP50MS: medianMS(s.starts),
+		RunsListMS: medianMS(s.runsList), StartP50MS: medianMS(s.starts), StepP50MS: medianMS(s.steps),
 	}
 }
 
@@ -127,14 +127,47 @@ func (h *historyPhase) measure(ctx context.Context, what string) (main, twin His
 		}
 	}
 	main, twin = ms.figures(), ts.figures()
-	h.b.progress.linef("%-36s repair %.2f ms, page %.2f ms, api %.2f ms, gauges %.2f ms, runs list %.2f ms, start p50 %.3f ms",
-		h.label+", "+what, main.RepairMS, main.ListPageMS, main.APIRunsMS, main.GaugesMS, main.RunsListMS, main.StartP50MS)
+	h.b.progress.linef("%-36s repair %.2f ms, page %.2f ms, api %.2f ms, gauges %.2f ms, runs list %.2f ms, start p50 %.3f ms, step p50 %.3f ms",
+		h.label+", "+what, main.RepairMS, main.ListPageMS, main.APIRunsMS, main.GaugesMS, main.RunsListMS, main.StartP50MS, main.StepP50MS)
 	return main, twin, nil
 }
 
 // historyFigures take, each, one figure of a store once in a round.
 var historyFigures = []func(s *historyStore, ctx context.Context, sm *historySamples) error{
 	(*historyStore).repair, (*historyStore).pages, (*historyStore).gauges, (*historyStore).runsList, (*historyStore).starts,
+	(*historyStore).steps,
+}
+
+// steps runs one bench-linear run of historyStepsPerRound steps to its
+// end on a store with a step worker, and times each step from the
+// checkpoint before it (the first from the run's creation).
+func (s *historyStore) steps(ctx context.Context, sm *historySamples) error {
+	if !s.stepper {
+		return nil
+	}
+	id := s.id("step", s.stepRuns)
+	s.stepRuns++
+	input, err := json.Marshal(SpreadState{N: historyStepsPerRound})
+	if err != nil {
+		return err
+	}
+	if _, err := runToEnd(ctx, s.cl, LinearWorkflow, id, input); err != nil {
+		return fmt.Errorf("step run: %w", err)
+	}
+	run, err := s.store.GetRun(ctx, id)
+	if err != nil {
+		return fmt.Errorf("step run: %w", err)
+	}
+	cps, err := s.store.Checkpoints(ctx, id)
+	if err != nil || len(cps) != historyStepsPerRound {
+		return fmt.Errorf("step run %s: %d checkpoints, %v; want %d", id, len(cps), err, historyStepsPerRound)
+	}
+	prev := run.CreatedAt
+	for _, cp := range cps {
+		sm.steps = append(sm.steps, cp.At.Sub(prev))
+		prev = cp.At
+	}
+	return nil
 }
 
 // repair times one repair pass.

@@ -40,6 +40,8 @@ type historyPhase struct {
 	settle     func(ctx context.Context) error
 	// rounds of each measure (historyRounds unless the bench shrinks it).
 	rounds int
+	// stepWorker runs the measured store's bench-linear steps.
+	stepWorker *workerProc
 }
 
 // historyStore is one store of the phase, its live work and the
@@ -55,6 +57,10 @@ type historyStore struct {
 	inst      *historyInstruments
 	// probes counts the runs started to measure Start.
 	probes int
+	// stepper: a worker runs the store's bench-linear steps (the
+	// measured store only); stepRuns counts the runs it ran.
+	stepper  bool
+	stepRuns int
 	// waiting is how many runs the live work parks.
 	waiting int
 }
@@ -125,11 +131,19 @@ func (h *historyPhase) setUp(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", h.label, err)
 		}
 	}
+	wp, err := h.startWorker(ctx, h.main, WorkloadFanOut)
+	if err != nil {
+		return err
+	}
+	h.stepWorker, h.main.stepper = wp, true
 	return nil
 }
 
 // close releases what setUp opened.
 func (h *historyPhase) close() {
+	if h.stepWorker != nil {
+		h.stepWorker.stop(workerGrace)
+	}
 	h.main.inst.close()
 	h.twin.inst.close()
 }
