@@ -29,7 +29,7 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, append([]any{doc}, s.indexArgs(run)...)...).Result()
+	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, s.indexArgs([]any{doc}, run)...).Result()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
@@ -115,8 +115,11 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
 	keys := append([]string{s.runKey(run.ID)}, s.spillKeys(run.ID)...)
-	args := append(append([]any{strconv.FormatUint(run.Rev, 10), doc}, s.indexArgs(run)...), spilled...)
-	rev, err := s.written(ctx, run, s.batch.run(ctx, updateScript, keys, args...))
+	rev, err := s.write(ctx, run, updateScript, keys, func(full bool) []any {
+		args := make([]any, 0, 8+len(spilled))
+		args = append(args, strconv.FormatUint(run.Rev, 10), doc)
+		return append(s.writeArgs(args, run, full), spilled...)
+	})
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
@@ -127,12 +130,19 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	return run, nil
 }
 
-// written reads the reply of a script that wrote run (updateScript,
-// commitScript) and, in a Cluster when the run's status changed, moves
-// its index entries. A failure to move them fails the call although the
-// run is written: the caller reads the run again and finds it moved.
-func (s *Store) written(ctx context.Context, run checkpoint.Run, cmd *redis.Cmd) (int64, error) {
-	res, err := cmd.Result()
+// write runs script (updateScript, commitScript), a write of run with
+// the arguments args builds (full: with every index argument, see
+// lightLua), and returns its reply: the new revision or a negative code.
+// A write that changes the status of a run it sent without the index
+// arguments is sent again with them. In a Cluster, when the run's
+// status changed, it moves the run's index entries. A failure to move
+// them fails the call although the run is written: the caller reads the
+// run again and finds it moved.
+func (s *Store) write(ctx context.Context, run checkpoint.Run, script *redis.Script, keys []string, args func(full bool) []any) (int64, error) {
+	res, err := s.batch.run(ctx, script, keys, args(false)...).Result()
+	if rev, ok := res.(int64); ok && rev == codeIndexArgs {
+		res, err = s.batch.run(ctx, script, keys, args(true)...).Result()
+	}
 	if err != nil {
 		return 0, err
 	}
