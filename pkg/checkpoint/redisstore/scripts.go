@@ -39,45 +39,52 @@ const (
 // reindex moves id from status old (nil: not indexed yet, so the
 // creation and workflow entries are added; '*': wherever it is) to new,
 // counting each entry it adds or removes: it can be applied twice.
+//
+// indexing() returns index, reindex and drop: a script makes them only
+// where it uses them, as making a Lua function costs each call that runs
+// past it (measured: 80 ns of Redis CPU each; a commit made seven).
 const indexLua = `
-local function statuses() return {'running', 'waiting', 'completed', 'failed', 'cancelled', 'dead'} end
-local function unindex(p, id, wf, st)
-  if redis.call('ZREM', p .. 's:' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. st, -1) end
-  if redis.call('ZREM', p .. 'ws:' .. wf .. ':' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. st, -1) end
-end
-local function reindex(p, id, old, new, wf, created, at)
-  if old == new then return end
-  if old == '*' then
-    for _, st in ipairs(statuses()) do
-      if st ~= new then unindex(p, id, wf, st) end
+local function indexing()
+  local function statuses() return {'running', 'waiting', 'completed', 'failed', 'cancelled', 'dead'} end
+  local function unindex(p, id, wf, st)
+    if redis.call('ZREM', p .. 's:' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. st, -1) end
+    if redis.call('ZREM', p .. 'ws:' .. wf .. ':' .. st, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. st, -1) end
+  end
+  local function reindex(p, id, old, new, wf, created, at)
+    if old == new then return end
+    if old == '*' then
+      for _, st in ipairs(statuses()) do
+        if st ~= new then unindex(p, id, wf, st) end
+      end
+    elseif old then
+      unindex(p, id, wf, old)
     end
-  elseif old then
-    unindex(p, id, wf, old)
+    if old == nil or old == '*' then
+      redis.call('ZADD', p .. 'all', 'NX', created, id)
+      redis.call('ZADD', p .. 'w:' .. wf, 'NX', created, id)
+    end
+    if new == '' then return end
+    if redis.call('ZADD', p .. 's:' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. new, 1) end
+    if redis.call('ZADD', p .. 'ws:' .. wf .. ':' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. new, 1) end
   end
-  if old == nil or old == '*' then
-    redis.call('ZADD', p .. 'all', 'NX', created, id)
-    redis.call('ZADD', p .. 'w:' .. wf, 'NX', created, id)
+  local function drop(p, id, wf, st, created, tombUntil)
+    for _, s in ipairs(statuses()) do unindex(p, id, wf, s) end
+    redis.call('ZREM', p .. 'all', id)
+    redis.call('ZREM', p .. 'w:' .. wf, id)
+    -- Tombstones are counted by the day they expire (unix days).
+    local expires = tonumber(tombUntil)
+    if expires > 0 then redis.call('HINCRBY', p .. 'n', 't:' .. math.floor(expires / 86400000), 1) end
   end
-  if new == '' then return end
-  if redis.call('ZADD', p .. 's:' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 's:' .. new, 1) end
-  if redis.call('ZADD', p .. 'ws:' .. wf .. ':' .. new, 'NX', at, id) == 1 then redis.call('HINCRBY', p .. 'n', 'w:' .. wf .. ':' .. new, 1) end
-end
-local function drop(p, id, wf, st, created, tombUntil)
-  for _, s in ipairs(statuses()) do unindex(p, id, wf, s) end
-  redis.call('ZREM', p .. 'all', id)
-  redis.call('ZREM', p .. 'w:' .. wf, id)
-  -- Tombstones are counted by the day they expire (unix days).
-  local expires = tonumber(tombUntil)
-  if expires > 0 then redis.call('HINCRBY', p .. 'n', 't:' .. math.floor(expires / 86400000), 1) end
-end
-local function index(run, old, a)
-  local new = ARGV[a]
-  if old == new then return false end
-  redis.call('HSET', run, 'st', new)
-  local p = ARGV[a + 1]
-  if p == '' then return old or '' end
-  reindex(p, ARGV[a + 2], old or nil, new, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-  return false
+  local function index(run, old, a)
+    local new = ARGV[a]
+    if old == new then return false end
+    redis.call('HSET', run, 'st', new)
+    local p = ARGV[a + 1]
+    if p == '' then return old or '' end
+    reindex(p, ARGV[a + 2], old or nil, new, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    return false
+  end
+  return index, reindex, drop
 end
 `
 
@@ -108,6 +115,7 @@ end
 var indexScript = redis.NewScript(indexLua + `
 local old = ARGV[3]
 if old == '' then old = nil end
+local _, reindex = indexing()
 reindex(ARGV[1], ARGV[2], old, ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 return 1
 `)
@@ -121,7 +129,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'doc', 'rev', 'tomb')
 end
 redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
-local old = index(KEYS[1], false, 2)
+local old = indexing()(KEYS[1], false, 2)
 if old then return {1, old} end
 return 1
 `)
@@ -159,7 +167,8 @@ if a < 0 then return a end
 spill(2, a)
 local rev = tonumber(cur[1]) + 1
 redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev)
-local old = index(KEYS[1], cur[2], 3)
+local old = false
+if cur[2] ~= ARGV[3] then old = indexing()(KEYS[1], cur[2], 3) end
 if old then return {rev, old} end
 return rev
 `)
@@ -191,7 +200,8 @@ if tonumber(ARGV[4]) > tonumber(cur[2] or '0') then
 else
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev)
 end
-local old = index(KEYS[1], cur[3], 5)
+local old = false
+if cur[3] ~= ARGV[5] then old = indexing()(KEYS[1], cur[3], 5) end
 if old then return {rev, old} end
 return rev
 `)
@@ -276,7 +286,7 @@ local cur = redis.call('HMGET', KEYS[1], 'rev', 'st')
 if not cur[1] then return -1 end
 if cur[2] then return 0 end
 if cur[1] ~= ARGV[1] then return -3 end
-local old = index(KEYS[1], false, 2)
+local old = indexing()(KEYS[1], false, 2)
 if old then return {1, old} end
 return 1
 `)
@@ -335,7 +345,10 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[1], 'tomb', ARGV[2])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
 end
-if ARGV[4] ~= '' and st ~= '' then drop(ARGV[4], ARGV[5], ARGV[6], st, ARGV[7], ARGV[8]) end
+if ARGV[4] ~= '' and st ~= '' then
+  local _, _, drop = indexing()
+  drop(ARGV[4], ARGV[5], ARGV[6], st, ARGV[7], ARGV[8])
+end
 return 1
 `)
 
@@ -343,6 +356,7 @@ return 1
 // shard's counters): ARGV is prefix, id, workflow, status, created,
 // tombstone expiry.
 var dropScript = redis.NewScript(indexLua + `
+local _, _, drop = indexing()
 drop(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 return 1
 `)
@@ -374,6 +388,9 @@ return out
 var fixScript = redis.NewScript(indexLua + `
 if redis.call('HGET', KEYS[1], 'rev') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'st', ARGV[2])
-if ARGV[3] ~= '' then reindex(ARGV[3], ARGV[4], '*', ARGV[2], ARGV[5], ARGV[6], ARGV[7]) end
+if ARGV[3] ~= '' then
+  local _, reindex = indexing()
+  reindex(ARGV[3], ARGV[4], '*', ARGV[2], ARGV[5], ARGV[6], ARGV[7])
+end
 return 1
 `)
