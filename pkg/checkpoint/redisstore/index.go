@@ -120,7 +120,7 @@ func (s *Store) afterIndex(ctx context.Context, run checkpoint.Run, old string) 
 	err := s.batch.run(ctx, indexScript, []string{p + "n"},
 		p, run.ID, old, string(run.Status), run.Workflow, run.CreatedAt.UnixMilli(), entered(run).UnixMilli()).Err()
 	if err != nil {
-		return fmt.Errorf("index run %s: %w (the next listing of status %s moves it)", run.ID, err, old)
+		return fmt.Errorf("index run %s: %w", run.ID, err)
 	}
 	return nil
 }
