@@ -39,7 +39,14 @@ const indexShards = 16
 
 func shardOf(id string) int { return int(crc32.ChecksumIEEE([]byte(id)) % indexShards) }
 
-func (s *Store) shardPrefix(k int) string { return s.prefix + ":ix{" + strconv.Itoa(k) + "}:" }
+func (s *Store) shardPrefix(k int) string { return s.shards[k] }
+
+func shardPrefixes(prefix string) (p [indexShards]string) {
+	for k := range p {
+		p[k] = prefix + ":ix{" + strconv.Itoa(k) + "}:"
+	}
+	return p
+}
 
 // indexKey is the zset of shard k that lists the runs q asks for.
 func (s *Store) indexKey(k int, status checkpoint.Status, workflow string) string {
@@ -55,15 +62,26 @@ func (s *Store) indexKey(k int, status checkpoint.Status, workflow string) strin
 	return p + "all"
 }
 
-// indexArgs are the six arguments indexLua reads for run: its shard's
-// prefix (empty in a Cluster: the caller moves the entries, see
-// afterIndex), id, status, workflow, creation and the time of the write.
-func (s *Store) indexArgs(run checkpoint.Run) []any {
-	p := ""
-	if s.single {
-		p = s.shardPrefix(shardOf(run.ID))
+// indexArgs appends to args the arguments indexLua reads for run: its
+// status, its shard's prefix, id, workflow, creation and the time of the
+// write; in a Cluster the status and an empty prefix alone (the caller
+// moves the entries, see afterIndex).
+func (s *Store) indexArgs(args []any, run checkpoint.Run) []any {
+	if !s.single {
+		return append(args, string(run.Status), "")
 	}
-	return []any{p, run.ID, string(run.Status), run.Workflow, run.CreatedAt.UnixMilli(), entered(run).UnixMilli()}
+	return append(args, string(run.Status), s.shardPrefix(shardOf(run.ID)), run.ID, run.Workflow,
+		run.CreatedAt.UnixMilli(), entered(run).UnixMilli())
+}
+
+// writeArgs appends to args the index arguments of a write of the step
+// path (lightLua): the status alone when it is running, which a step's
+// commit nearly always keeps, unless full; all of them otherwise.
+func (s *Store) writeArgs(args []any, run checkpoint.Run, full bool) []any {
+	if s.single && !full && run.Status == checkpoint.StatusRunning {
+		return append(args, string(run.Status), "?")
+	}
+	return s.indexArgs(args, run)
 }
 
 // entered is when run took its status: the write's time.
@@ -102,7 +120,7 @@ func (s *Store) afterIndex(ctx context.Context, run checkpoint.Run, old string) 
 	err := s.batch.run(ctx, indexScript, []string{p + "n"},
 		p, run.ID, old, string(run.Status), run.Workflow, run.CreatedAt.UnixMilli(), entered(run).UnixMilli()).Err()
 	if err != nil {
-		return fmt.Errorf("index run %s: %w (the next listing of status %s moves it)", run.ID, err, old)
+		return fmt.Errorf("index run %s: %w", run.ID, err)
 	}
 	return nil
 }
@@ -115,7 +133,7 @@ func (s *Store) afterIndex(ctx context.Context, run checkpoint.Run, old string) 
 // since it was read is left to its writer.
 func (s *Store) fixIndex(ctx context.Context, run checkpoint.Run) error {
 	moved, err := s.batch.run(ctx, fixScript, []string{s.runKey(run.ID)},
-		append([]any{strconv.FormatUint(run.Rev, 10)}, s.indexArgs(run)...)...).Int64()
+		s.indexArgs([]any{strconv.FormatUint(run.Rev, 10)}, run)...).Int64()
 	if err != nil {
 		return fmt.Errorf("index run %s: %w", run.ID, err)
 	}
@@ -353,7 +371,7 @@ func (s *Store) BackfillIndex(ctx context.Context, batch int) (checkpoint.Backfi
 				return p, fmt.Errorf("backfill index: run %s: %w", id, err)
 			}
 			res, err := s.batch.run(ctx, backfillScript, []string{s.runKey(id)},
-				append([]any{strconv.FormatUint(run.Rev, 10)}, s.indexArgs(run)...)...).Result()
+				s.indexArgs([]any{strconv.FormatUint(run.Rev, 10)}, run)...).Result()
 			if err != nil {
 				return p, fmt.Errorf("backfill index: run %s: %w", id, err)
 			}

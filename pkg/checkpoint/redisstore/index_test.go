@@ -2,10 +2,13 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,4 +367,118 @@ func ids(runs []checkpoint.Run) []string {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// failIndex fails the scripts on the run index's shards (their keys
+// carry ":ix{") while down is set: in a Cluster, the index's second call
+// of a write lost, as when the shard's primary fails over between the
+// two.
+type failIndex struct{ down *atomic.Bool }
+
+var errIndexDown = errors.New("index shard down (test fault)")
+
+func (f failIndex) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f failIndex) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f.hit(cmd) {
+			cmd.SetErr(errIndexDown)
+			return errIndexDown
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (f failIndex) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		rest := make([]redis.Cmder, 0, len(cmds))
+		for _, cmd := range cmds {
+			if f.hit(cmd) {
+				cmd.SetErr(errIndexDown)
+			} else {
+				rest = append(rest, cmd)
+			}
+		}
+		if len(rest) == 0 {
+			return errIndexDown
+		}
+		return next(ctx, rest)
+	}
+}
+
+func (f failIndex) hit(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	name := cmd.Name()
+	return f.down.Load() && (name == "evalsha" || name == "eval") && len(args) > 3 &&
+		strings.Contains(fmt.Sprint(args[3]), ":ix{")
+}
+
+// In a Cluster a write whose index call fails is written: Commit and
+// UpdateRun succeed (a worker that saw an error would only retry a step
+// that is committed), the run stays listed under its old status, and a
+// listing of that status moves it. A create whose index call fails says
+// so, as the run is in no listing, and creating it again indexes it.
+func TestClusterIndexCallLost(t *testing.T) {
+	cluster := startCluster(t, 3)
+	var down atomic.Bool
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Options().Addrs})
+	client.AddHook(failIndex{&down})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := testCtx(t)
+	s := redisstore.New(client, redisstore.Options{Prefix: uniquePrefix()})
+	run, err := s.CreateRun(ctx, checkpoint.Run{ID: "lost-1", Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1, StepName: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	run.Step, run.StepName = 2, "b"
+	if run, err = s.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, Name: "a", State: []byte(`{}`), Next: "b", Status: checkpoint.StatusRunning}); err != nil {
+		t.Fatalf("commit that keeps the status (no index call): %v", err)
+	}
+	run.Status = checkpoint.StatusCompleted
+	done, err := s.Commit(ctx, run, checkpoint.Checkpoint{Step: 2, Name: "b", State: []byte(`{}`), Status: checkpoint.StatusCompleted})
+	if err != nil || done.Rev != run.Rev+1 || done.Status != checkpoint.StatusCompleted {
+		t.Fatalf("completing commit whose index call failed = rev %d %s, %v; want rev %d completed, no error", done.Rev, done.Status, err, run.Rev+1)
+	}
+	down.Store(false)
+	wantCounts(t, s, 1, 0) // the index lags: the fault hit
+	if runs, err := s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusRunning}); err != nil || len(runs) != 0 {
+		t.Fatalf("ListRuns(running) = %v, %v; want none", ids(runs), err)
+	}
+	wantCounts(t, s, 0, 1)
+
+	down.Store(true)
+	two := checkpoint.Run{ID: "lost-2", Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1, StepName: "a"}
+	if _, err := s.CreateRun(ctx, two); err == nil || errors.Is(err, checkpoint.ErrRunExists) {
+		t.Fatalf("create whose index call failed = %v, want an error that says to create it again", err)
+	}
+	down.Store(false)
+	stored, err := s.CreateRun(ctx, two)
+	if !errors.Is(err, checkpoint.ErrRunExists) {
+		t.Fatalf("create again = %v, want ErrRunExists", err)
+	}
+	wantCounts(t, s, 1, 1)
+	down.Store(true)
+	stored.Status = checkpoint.StatusCancelled
+	if _, err := s.UpdateRun(ctx, stored); err != nil {
+		t.Fatalf("update whose index call failed = %v, want no error", err)
+	}
+	down.Store(false)
+	if runs, err := s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusRunning}); err != nil || len(runs) != 0 {
+		t.Fatalf("ListRuns(running) = %v, %v; want none", ids(runs), err)
+	}
+	if runs, err := s.ListRuns(ctx, checkpoint.Filter{Status: checkpoint.StatusCancelled}); err != nil || len(runs) != 1 {
+		t.Fatalf("ListRuns(cancelled) = %v, %v; want lost-2", ids(runs), err)
+	}
+}
+
+func wantCounts(t *testing.T, s *redisstore.Store, running, completed int64) {
+	t.Helper()
+	counts, err := s.CountRuns(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := counts.Status; got[checkpoint.StatusRunning] != running || got[checkpoint.StatusCompleted] != completed {
+		t.Fatalf("counts %v, want running %d, completed %d", got, running, completed)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
 )
 
 // CreateRun stores run with revision 1 unless the id is taken, and
@@ -29,7 +30,7 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
-	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, append([]any{doc}, s.indexArgs(run)...)...).Result()
+	res, err := s.batch.run(ctx, createScript, []string{s.runKey(run.ID)}, s.indexArgs([]any{doc}, run)...).Result()
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("create run %s: %w", run.ID, err)
 	}
@@ -40,8 +41,12 @@ func (s *Store) CreateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 		return result, nil
 	case []any:
 		if _, created := v[0].(int64); created && len(v) == 2 { // {1, old}: index it here
+			// A run in no index is in no listing either, where a
+			// repair would find it: the caller creates it again (which
+			// client.Start's "start it again" does), and the duplicate
+			// create below indexes it.
 			if err := s.afterIndex(ctx, run, ""); err != nil {
-				return result, fmt.Errorf("create run %s: %w", run.ID, err)
+				return result, fmt.Errorf("create run %s: created, not indexed: %w (CreateRun again to index it)", run.ID, err)
 			}
 			return result, nil
 		}
@@ -115,8 +120,11 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
 	keys := append([]string{s.runKey(run.ID)}, s.spillKeys(run.ID)...)
-	args := append(append([]any{strconv.FormatUint(run.Rev, 10), doc}, s.indexArgs(run)...), spilled...)
-	rev, err := s.written(ctx, run, s.batch.run(ctx, updateScript, keys, args...))
+	rev, err := s.write(ctx, run, updateScript, keys, func(full bool) []any {
+		args := make([]any, 0, 8+len(spilled))
+		args = append(args, strconv.FormatUint(run.Rev, 10), doc)
+		return append(s.writeArgs(args, run, full), spilled...)
+	})
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("update run %s: %w", run.ID, err)
 	}
@@ -127,12 +135,25 @@ func (s *Store) UpdateRun(ctx context.Context, run checkpoint.Run) (checkpoint.R
 	return run, nil
 }
 
-// written reads the reply of a script that wrote run (updateScript,
-// commitScript) and, in a Cluster when the run's status changed, moves
-// its index entries. A failure to move them fails the call although the
-// run is written: the caller reads the run again and finds it moved.
-func (s *Store) written(ctx context.Context, run checkpoint.Run, cmd *redis.Cmd) (int64, error) {
-	res, err := cmd.Result()
+// write runs script (updateScript, commitScript), a write of run with
+// the arguments args builds (full: with every index argument, see
+// lightLua), and returns its reply: the new revision or a negative code.
+// A write that changes the status of a run it sent without the index
+// arguments is sent again with them. In a Cluster, when the run's
+// status changed, it moves the run's index entries.
+//
+// A failure to move them is logged (zerolog.Ctx) and the write succeeds:
+// the record, the truth, is written, and the run stays listed under its
+// old status until a listing of that status reads it and moves it
+// (fixIndex; the scheduler's repair lists running and waiting runs every
+// pass). An error would say the write failed when it did not, and a
+// caller's retry would mend nothing: a worker's redelivery finds the
+// checkpoint committed and follows it, without writing again.
+func (s *Store) write(ctx context.Context, run checkpoint.Run, script *redis.Script, keys []string, args func(full bool) []any) (int64, error) {
+	res, err := s.batch.run(ctx, script, keys, args(false)...).Result()
+	if rev, ok := res.(int64); ok && rev == codeIndexArgs {
+		res, err = s.batch.run(ctx, script, keys, args(true)...).Result()
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -140,5 +161,9 @@ func (s *Store) written(ctx context.Context, run checkpoint.Run, cmd *redis.Cmd)
 	if err != nil || !moved {
 		return rev, err
 	}
-	return rev, s.afterIndex(ctx, run, old)
+	if err := s.afterIndex(ctx, run, old); err != nil {
+		zerolog.Ctx(ctx).Warn().Err(err).Str("run_id", run.ID).Str("status", string(run.Status)).
+			Msg("run written, its index entries not moved; the next listing of its old status moves them")
+	}
+	return rev, nil
 }

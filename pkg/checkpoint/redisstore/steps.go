@@ -33,8 +33,11 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
 	keys := append([]string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}, s.spillKeys(run.ID)...)
-	args := append(append([]any{strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step}, s.indexArgs(run)...), spilled...)
-	rev, err := s.written(ctx, run, s.batch.run(ctx, commitScript, keys, args...))
+	rev, err := s.write(ctx, run, commitScript, keys, func(full bool) []any {
+		args := make([]any, 0, 10+len(spilled))
+		args = append(args, strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step)
+		return append(s.writeArgs(args, run, full), spilled...)
+	})
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}

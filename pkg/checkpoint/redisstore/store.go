@@ -44,7 +44,8 @@ type Options struct {
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
-	batch  *batcher // the scripts and transactions of the step path
+	batch  *batcher            // the scripts and transactions of the step path
+	shards [indexShards]string // each index shard's key prefix (index.go)
 	// single: one Redis node (not a Cluster client), where Load reads in a
 	// MULTI/EXEC transaction instead of a script.
 	single bool
@@ -62,7 +63,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		panic(fmt.Sprintf("redisstore: prefix %q must not contain '{' or '}'", opts.Prefix))
 	}
 	_, single := client.(*redis.Client)
-	return &Store{rdb: client, prefix: opts.Prefix, batch: &batcher{rdb: client}, single: single}
+	return &Store{rdb: client, prefix: opts.Prefix, batch: &batcher{rdb: client}, single: single, shards: shardPrefixes(opts.Prefix)}
 }
 
 func checkID(id string) error {
