@@ -27,7 +27,7 @@ const usage = `durable: durable execution for AI-agent runs
 Usage:
   durable demo                        the claims scenario end to end (embedded, crashes injected)
   durable dev [--data DIR] [--nats-port 4222] [--http 127.0.0.1:8080] [--workers N] [--redis URL]
-              [--metrics ADDR] [--tokens FILE] [--trace-url URL]
+              [--metrics ADDR] [--tokens FILE] [--trace-url URL] [--retention 30d] [--archive]
   durable start WORKFLOW --id RUN [--input JSON]
   durable runs list [--status S] [--workflow W] [--older-than D] [--newer-than D]
                     [--past-ttl] [--stuck [--stuck-after 15m]] [--limit 100] [--cursor C] [--json]
