@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/durable-run/durable/pkg/blob"
@@ -28,6 +29,10 @@ const archiveFormat = 1
 // bounded (checkpoint.MaxRunRecordBytes) and so are its checkpoints, so a
 // document past this is not one of ours.
 const maxArchiveBytes = 256 << 20
+
+// gzipWriters are reused: a new one allocates its compressor's 1 MB of
+// tables, more than a run's document.
+var gzipWriters = sync.Pool{New: func() any { return gzip.NewWriter(io.Discard) }}
 
 // ArchiveObject is the object run id is archived as: "<id>.json.gz".
 func ArchiveObject(id string) string { return id + ".json.gz" }
@@ -67,7 +72,9 @@ func (c *Client) Archive(ctx context.Context, archive blob.Store, id string) (Ar
 	}
 	doc := archiveDoc{Format: archiveFormat, ArchivedAt: time.Now().UTC(), Run: v}
 	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&buf)
 	if err := json.NewEncoder(zw).Encode(doc); err != nil {
 		return Archived{}, fmt.Errorf("archive run %s: %w", id, err)
 	}

@@ -25,32 +25,7 @@ func BenchmarkPurge(b *testing.B) {
 				b.Skipf("store %s does not offer retention yet", kind)
 			}
 			ctx := context.Background()
-			old := time.Now().Add(-40 * 24 * time.Hour)
-			var wg sync.WaitGroup
-			for w := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := w; i < b.N; i += 16 {
-						id := fmt.Sprintf("done-%07d", i)
-						run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "w", Step: 1, Status: checkpoint.StatusRunning, CreatedAt: old, UpdatedAt: old})
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if _, err := f.Store.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"}); err != nil {
-							b.Error(err)
-							return
-						}
-						run.Status, run.Step = checkpoint.StatusCompleted, 1
-						if _, err := f.Store.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, State: []byte(`{"claim":"0042","amount":1840}`)}); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
+			fillEnded(b, f, b.N)
 			sch, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeRate: 1 << 30})
 			if err != nil {
 				b.Fatal(err)
@@ -66,4 +41,36 @@ func BenchmarkPurge(b *testing.B) {
 			b.ReportMetric(float64(res.Purged)/took.Seconds(), "runs/s")
 		})
 	}
+}
+
+// fillEnded stores n runs of one step each (a checkpoint, a journal) that
+// ended 40 days ago, 16 at once.
+func fillEnded(b *testing.B, f *testfleet.Fleet, n int) {
+	ctx := context.Background()
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 16 {
+				id := fmt.Sprintf("done-%07d", i)
+				run, err := f.Store.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "w", Step: 1, Status: checkpoint.StatusRunning, CreatedAt: old, UpdatedAt: old})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := f.Store.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"}); err != nil {
+					b.Error(err)
+					return
+				}
+				run.Status, run.Step = checkpoint.StatusCompleted, 1
+				if _, err := f.Store.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, State: []byte(`{"claim":"0042","amount":1840}`)}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
