@@ -194,34 +194,3 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
-
-// BenchmarkPurgeArchived is BenchmarkPurge with --archive: each run is
-// inspected and written to the Object Store bucket before its purge.
-//
-//	go test ./pkg/scheduler -run NONE -bench PurgeArchived -benchtime 2000x
-func BenchmarkPurgeArchived(b *testing.B) {
-	for _, kind := range testfleet.Kinds {
-		b.Run(kind, func(b *testing.B) {
-			f := testfleet.New(b, kind)
-			ctx := context.Background()
-			fillEnded(b, f, b.N)
-			archive, err := objstore.New(ctx, f.JS, objstore.Options{Bucket: client.ArchiveBucket})
-			if err != nil {
-				b.Fatal(err)
-			}
-			sch, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeRate: 1 << 30, Archive: archive})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			began := time.Now()
-			res := sch.Purge(ctx)
-			took := time.Since(began)
-			b.StopTimer()
-			if res.Purged != b.N || sch.Stats().Archived != int64(b.N) {
-				b.Fatalf("purged %d, archived %d of %d: %+v", res.Purged, sch.Stats().Archived, b.N, res)
-			}
-			b.ReportMetric(float64(res.Purged)/took.Seconds(), "runs/s")
-		})
-	}
-}
