@@ -84,11 +84,13 @@
 // CountRuns) read an index kept beside the run records, under
 // run.=ix. (index.go has the keys: inside run.>, the scheduler's and
 // the approver's write permission, and matched by no pattern of the
-// store). A run has entries in the listings by creation (all runs, and
-// its workflow's) and in its status's: one entry in the flat listing of
-// a live status (running, waiting), read whole, which holds the live
-// runs only; two in the time listings of an ended status (all, and by
-// workflow). A time listing is a trie of directory keys over the
+// store). A run has one entry in the listing by creation of its workflow
+// and one in its status's: the flat listing of a live status (running,
+// waiting), read whole, which holds the live runs only, or the time
+// listing of an ended status and its workflow. A listing of every
+// workflow reads those of each workflow at once, with a wildcard for the
+// workflow, so a write that creates a run or changes its status writes
+// one entry for each. A time listing is a trie of directory keys over the
 // entries' milliseconds, walked down newest first, so a page costs the
 // directories on its path, the leaves (16 ms of entries each) that hold
 // it and its runs' records, whatever the listing holds besides; a
@@ -177,7 +179,7 @@
 // n = 2): a write of the tombstone, a listing of the run's keys (one
 // STREAM.INFO with a subject filter, and on a one-replica bucket one read
 // of alive and due, which on a replicated one are purged blind), one
-// purge request per key and per index entry (n + 4), and a write of the
+// purge request per key and per index entry (n + 2), and a write of the
 // entry that counts the tombstone (run.=ix.t.<R>, with the tombstone's
 // TTL; Tombstones counts them as CountRuns counts entries): two messages
 // written, and about 325 bytes of the stream kept per tombstone, once

@@ -124,8 +124,7 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 					out = append(out, rec.run)
 				}
 			case ok && rec.tomb != nil && now.Sub(time.UnixMilli(rec.tomb.Purged)) >= s.finishAfter:
-				entries := append([]string{le.e.key}, le.l.twins(le.e, rec.tomb.Workflow)...)
-				if err := s.finishPurge(ctx, le.e.id, *rec.tomb, nil, entries); err != nil {
+				if err := s.finishPurge(ctx, le.e.id, *rec.tomb, nil, []string{le.e.key}); err != nil {
 					return nil, fmt.Errorf("ended runs: finish the purge of %s: %w", le.e.id, err)
 				}
 			case !ok || rec.tomb == nil:
@@ -158,13 +157,13 @@ func (s *Store) sweepDue() bool {
 	return now-last >= int64(sweepEvery) && s.swept.CompareAndSwap(last, now)
 }
 
-// sweep walks, oldest first up to before, the listings by creation (all,
-// and each workflow's) and those of the ended statuses by workflow:
-// EndedBefore walks only the ended statuses of every workflow, and the
-// directories that purges emptied in the others would stay for good
-// otherwise (a newest-first walk reaches them only on a page that far
-// back). Each walk reads its listing's oldest entries, up to
-// sweepBudget, and removes on the way the directories it finds empty
+// sweep walks, oldest first up to before, each workflow's listing by
+// creation: EndedBefore walks the ended statuses only (of every
+// workflow at once, which removes the emptied directories of each), and
+// the directories that purges emptied in the listings by creation would
+// stay for good otherwise (a newest-first walk reaches them only on a
+// page that far back). Each walk reads its listing's oldest entries, up
+// to sweepBudget, and removes on the way the directories it finds empty
 // (see trieSource): what a sweep costs grows with the runs kept before
 // the cutoff, at most sweepBudget for each listing, and with what it
 // removes, once, not with the runs purged before.
@@ -173,12 +172,9 @@ func (s *Store) sweep(ctx context.Context, before int64) error {
 	if err != nil {
 		return err
 	}
-	lists := []ixList{createdList()}
+	var lists []ixList
 	for _, wf := range append([]string{noWorkflow}, workflowNames(names)...) {
 		lists = append(lists, workflowList(wf))
-		for _, st := range endedStatuses {
-			lists = append(lists, statusList(st, wf))
-		}
 	}
 	return parallel(len(lists), func(i int) error {
 		_, err := s.ascending(lists[i], before).next(ctx, sweepBudget)
@@ -354,7 +350,7 @@ func ttlUntil(expires int64) string {
 // then writes the tombstone's count entry (or deletes the tombstone when
 // it keeps none), then deletes status (its status entries). Each step
 // can be done again: EndedBefore calls it again for a purge that
-// stopped, from a status entry and its twin.
+// stopped, from its status entry.
 func (s *Store) finishPurge(ctx context.Context, id string, t tombDoc, created, status []string) error {
 	keys, err := s.runKeys(ctx, id)
 	if err != nil {
