@@ -3,6 +3,7 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The run indexes (see the package doc, "Run indexes"). Every key lives
@@ -350,18 +352,50 @@ func nonce() string {
 // putIndex stores keys (entries, directories, names; the value is not
 // read) at once and waits for every answer.
 func (s *Store) putIndex(ctx context.Context, keys []string) error {
-	return each(keys, func(key string) error {
-		_, err := s.put(ctx, key, []byte("1"), anyRevision)
-		return err
-	})
+	msgs := make([]*nats.Msg, len(keys))
+	for i, key := range keys {
+		msgs[i] = s.putMsg(key, []byte("1"), anyRevision)
+	}
+	return s.publishAll(ctx, msgs)
 }
 
 // dropIndex removes entries at once, with a marker that expires (see
 // markerMsg), and waits for every answer.
 func (s *Store) dropIndex(ctx context.Context, keys []string) error {
-	return each(keys, func(key string) error {
-		return s.request(ctx, s.markerMsg(key, 0))
-	})
+	msgs := make([]*nats.Msg, len(keys))
+	for i, key := range keys {
+		msgs[i] = s.markerMsg(key, 0)
+	}
+	return s.publishAll(ctx, msgs)
+}
+
+// publishAll sends msgs, writes to the bucket's stream, all at once
+// (JetStream's asynchronous publish, one connection: the stream stores
+// them in the order sent) and waits for every PubAck: one round trip,
+// and no goroutine, however many they are.
+func (s *Store) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var errs []error
+	for _, m := range msgs {
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", strings.TrimPrefix(m.Subject, s.putPrefix), err))
+			continue
+		}
+		futures = append(futures, f)
+	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("write %s: %w", strings.TrimPrefix(f.Msg().Subject, s.putPrefix), err))
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // markerMsg removes an index entry: a purge marker that rolls up the
