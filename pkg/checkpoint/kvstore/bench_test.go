@@ -36,10 +36,28 @@ func BenchmarkStep(b *testing.B) {
 					allowAtomic(b, js, bucket)
 				}
 				kvstore.SetBatches(s, batches)
-				benchmarkStep(b, s)
+				benchmarkStep(b, s, false)
 			})
 		}
 	}
+}
+
+// BenchmarkRun measures the store's part of whole runs as `durable bench`
+// drives them on KV (a one-replica file bucket, two-write commits):
+// CreateRun, then nine steps (Load and Commit), the last one completing
+// the run. One op is a step; a run's create and end are spread over its
+// steps, and so are the messages its client sends (msgs/op): what the
+// run index adds to a run's life beside its steps.
+func BenchmarkRun(b *testing.B) {
+	js := connect(b)
+	s, err := kvstore.New(b.Context(), js, kvstore.Options{Bucket: uniqueBucket()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := js.Conn().Stats()
+	benchmarkStep(b, s, true)
+	after := js.Conn().Stats()
+	b.ReportMetric(float64(after.OutMsgs-before.OutMsgs)/float64(b.N), "msgs/op")
 }
 
 func allowAtomic(b *testing.B, js jetstream.JetStream, bucket string) {
@@ -54,7 +72,11 @@ func allowAtomic(b *testing.B, js jetstream.JetStream, bucket string) {
 	}
 }
 
-func benchmarkStep(b *testing.B, s *kvstore.Store) {
+// benchmarkStep runs nine-step runs, many at once: one op is a step.
+// With complete, the ninth step completes its run, as a real run's does
+// (a status change: index entries move); without, every step keeps the
+// status.
+func benchmarkStep(b *testing.B, s *kvstore.Store, complete bool) {
 	ctx := b.Context()
 	state := []byte(`{"run_id":"claim-000000","step":3,"amount":1840,"currency":"EUR","policy_id":"P-1234567","status":"assessed","note":"` +
 		"0123456789012345678901234567890123456789012345678901234567890123456789" + `"}`)
@@ -81,6 +103,10 @@ func benchmarkStep(b *testing.B, s *kvstore.Store) {
 			next := snap.Run
 			next.Step, next.StepName, next.Steps = n+1, fmt.Sprint("s", n+1), snap.Run.Steps+1
 			cp := checkpoint.Checkpoint{RunID: run.ID, Step: n, Name: snap.Run.StepName, State: state, Next: next.StepName, Status: checkpoint.StatusRunning, Attempt: 1}
+			if complete && n == 9 {
+				next.Status, next.Step, next.StepName = checkpoint.StatusCompleted, n, cp.Name
+				cp.Status, cp.Next = checkpoint.StatusCompleted, ""
+			}
 			if run, err = s.Commit(ctx, next, cp); err != nil {
 				b.Fatal(err)
 			}

@@ -84,11 +84,13 @@
 // CountRuns) read an index kept beside the run records, under
 // run.=ix. (index.go has the keys: inside run.>, the scheduler's and
 // the approver's write permission, and matched by no pattern of the
-// store). A run has entries in the listings by creation (all runs, and
-// its workflow's) and in its status's: one entry in the flat listing of
-// a live status (running, waiting), read whole, which holds the live
-// runs only; two in the time listings of an ended status (all, and by
-// workflow). A time listing is a trie of directory keys over the
+// store). A run has one entry in the listing by creation of its workflow
+// and one in its status's: the flat listing of a live status (running,
+// waiting), read whole, which holds the live runs only, or the time
+// listing of an ended status and its workflow. A listing of every
+// workflow reads those of each workflow at once, with a wildcard for the
+// workflow, so a write that creates a run or changes its status writes
+// one entry for each. A time listing is a trie of directory keys over the
 // entries' milliseconds, walked down newest first, so a page costs the
 // directories on its path, the leaves (16 ms of entries each) that hold
 // it and its runs' records, whatever the listing holds besides; a
@@ -155,7 +157,8 @@
 // keys, spend, the audit, approval and blob logs), alive.<R> and due.<R>,
 // and its index entries, its status entries last. Deletes use the
 // stream's purge API by key (STREAM.PURGE with the key as filter), which
-// leaves no marker, so nothing of a purged run stays but the tombstone;
+// leaves no marker, and index entries a marker that expires (as a write
+// removes them), so nothing of a purged run stays but the tombstone;
 // the scheduler's NATS user needs $JS.API.STREAM.PURGE.<stream>.
 //
 // The tombstone, {"_tomb": {workflow, status, ended, purged, expiry}}
@@ -177,10 +180,11 @@
 // n = 2): a write of the tombstone, a listing of the run's keys (one
 // STREAM.INFO with a subject filter, and on a one-replica bucket one read
 // of alive and due, which on a replicated one are purged blind), one
-// purge request per key and per index entry (n + 4), and a write of the
-// entry that counts the tombstone (run.=ix.t.<R>, with the tombstone's
-// TTL; Tombstones counts them as CountRuns counts entries): two messages
-// written, and about 325 bytes of the stream kept per tombstone, once
+// purge request per key and for the status entry (n + 1), a marker that
+// expires for the creation entry, and a write of the entry that counts
+// the tombstone (run.=ix.t.<R>, with the tombstone's TTL; Tombstones
+// counts them as CountRuns counts entries), in four round trips after
+// the tombstone's: three messages written, and about 325 bytes of the stream kept per tombstone, once
 // the walks removed the emptied directories (1,000 one-step runs on this
 // project's test VM, against about 2 KB per run before). A purge that
 // stops after its tombstone (a crash) leaves the run's status entries:

@@ -3,13 +3,16 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The run indexes (see the package doc, "Run indexes"). Every key lives
@@ -30,10 +33,14 @@ import (
 // A run without a workflow, or with a name that is no subject token,
 // stands in keys as "=" (noWorkflow).
 //
-// The time listings L: run.=ix.c (every run, by creation), run.=ix.w.<wf>
-// (by creation), run.=ix.s.<status> and run.=ix.sw.<status>.<wf> (ended
-// statuses, by when the run took the status). A directory key says its
-// last bucket holds entries; the root (r) lists the top buckets.
+// The time listings L: run.=ix.w.<wf> (by creation) and
+// run.=ix.sw.<status>.<wf> (ended statuses, by when the run took the
+// status). A directory key says its last bucket holds entries; the root
+// (r) lists the top buckets. A listing of every workflow reads them all
+// at once, the workflow token a wildcard (run.=ix.w.*, run.=ix.sw.<status>.*):
+// the tries have the same shape, so a directory of the union lists the
+// children of every workflow's, and a leaf's filter matches the entries
+// of all. A run has one entry in each listing kind it is in, written once.
 const ixPrefix = "run.=ix."
 
 // A time listing is a trie over its entries' milliseconds: b_k = ms >>
@@ -79,7 +86,9 @@ func liveStatus(st checkpoint.Status) bool {
 }
 
 // ixList is one listing of the index: the key prefix of its entries and,
-// for a time listing, of its directories.
+// for a time listing, of its directories. The prefix of a time listing
+// of every workflow ends in "*", the workflow token: it is read, never
+// written.
 type ixList struct {
 	prefix   string
 	trie     bool
@@ -87,8 +96,14 @@ type ixList struct {
 	workflow string            // "" for every workflow
 }
 
-func createdList() ixList { return ixList{prefix: ixPrefix + "c", trie: true} }
+func createdList() ixList { return workflowList("") }
+
+// workflowList is the listing by creation of workflow wf, of every
+// workflow when wf is "".
 func workflowList(wf string) ixList {
+	if wf == "" {
+		return ixList{prefix: ixPrefix + "w.*", trie: true}
+	}
 	return ixList{prefix: ixPrefix + "w." + wf, trie: true, workflow: wf}
 }
 
@@ -100,9 +115,25 @@ func statusList(st checkpoint.Status, wf string) ixList {
 		return ixList{prefix: ixPrefix + "l." + string(st), status: st, workflow: wf}
 	}
 	if wf == "" {
-		return ixList{prefix: ixPrefix + "s." + string(st), trie: true, status: st}
+		return ixList{prefix: ixPrefix + "sw." + string(st) + ".*", trie: true, status: st}
 	}
 	return ixList{prefix: ixPrefix + "sw." + string(st) + "." + wf, trie: true, status: st, workflow: wf}
+}
+
+// cut returns what follows the prefix of l and a dot in key: the rest of
+// an entry or directory key of l. For a listing of every workflow any
+// workflow token matches.
+func (l ixList) cut(key string) (string, bool) {
+	base, wild := strings.CutSuffix(l.prefix, "*")
+	rest, ok := strings.CutPrefix(key, base)
+	if !ok || !wild {
+		return strings.CutPrefix(rest, ".")
+	}
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 {
+		return "", false
+	}
+	return rest[i+1:], true
 }
 
 // listOf is the listing a query reads.
@@ -213,26 +244,20 @@ type ixWrite struct {
 
 func (w ixWrite) touches() bool { return len(w.puts) > 0 || len(w.late) > 0 || len(w.drops) > 0 }
 
-// statusEntries are the keys (and directories) of run's entries for
-// status st since ms with nonce n: one live entry, or two in the time
-// listings of the status, in all and by workflow.
+// statusEntries are the key (and directories) of run's entry for status
+// st since ms with nonce n: a live entry, or one in the time listing of
+// the status and workflow wf (a token: see wfToken).
 func statusEntries(st checkpoint.Status, wf string, ms int64, id, n string) (entries, dirs []string) {
 	if liveStatus(st) {
 		return []string{liveKey(st, wf, ms, id, n)}, nil
 	}
-	for _, l := range []ixList{statusList(st, ""), statusList(st, wf)} {
-		key, d := l.entry(ms, id, n)
-		entries, dirs = append(entries, key), append(dirs, d...)
-	}
-	return entries, dirs
+	key, dirs := statusList(st, wf).entry(ms, id, n)
+	return []string{key}, dirs
 }
 
 func creationEntries(wf string, ms int64, id, n string) (entries, dirs []string) {
-	for _, l := range []ixList{createdList(), workflowList(wf)} {
-		key, d := l.entry(ms, id, n)
-		entries, dirs = append(entries, key), append(dirs, d...)
-	}
-	return entries, dirs
+	key, dirs := workflowList(wf).entry(ms, id, n)
+	return []string{key}, dirs
 }
 
 // plan says what writing next over the record b (nil: a new run) does to
@@ -328,18 +353,50 @@ func nonce() string {
 // putIndex stores keys (entries, directories, names; the value is not
 // read) at once and waits for every answer.
 func (s *Store) putIndex(ctx context.Context, keys []string) error {
-	return each(keys, func(key string) error {
-		_, err := s.put(ctx, key, []byte("1"), anyRevision)
-		return err
-	})
+	msgs := make([]*nats.Msg, len(keys))
+	for i, key := range keys {
+		msgs[i] = s.putMsg(key, []byte("1"), anyRevision)
+	}
+	return s.publishAll(ctx, msgs)
 }
 
 // dropIndex removes entries at once, with a marker that expires (see
 // markerMsg), and waits for every answer.
 func (s *Store) dropIndex(ctx context.Context, keys []string) error {
-	return each(keys, func(key string) error {
-		return s.request(ctx, s.markerMsg(key, 0))
-	})
+	msgs := make([]*nats.Msg, len(keys))
+	for i, key := range keys {
+		msgs[i] = s.markerMsg(key, 0)
+	}
+	return s.publishAll(ctx, msgs)
+}
+
+// publishAll sends msgs, writes to the bucket's stream, all at once
+// (JetStream's asynchronous publish, one connection: the stream stores
+// them in the order sent) and waits for every PubAck: one round trip,
+// and no goroutine, however many they are.
+func (s *Store) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var errs []error
+	for _, m := range msgs {
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("write %s: %w", strings.TrimPrefix(m.Subject, s.putPrefix), err))
+			continue
+		}
+		futures = append(futures, f)
+	}
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("write %s: %w", strings.TrimPrefix(f.Msg().Subject, s.putPrefix), err))
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // markerMsg removes an index entry: a purge marker that rolls up the

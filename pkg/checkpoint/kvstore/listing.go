@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,11 +55,13 @@ func (e ixEntry) after(k checkpoint.Cursor) bool {
 // "<L>.e." in a time listing, "<wf>.<h>.<ms>.<R>.<N>" after
 // "run.=ix.l.<status>." in a live one.
 func (l ixList) parse(m ixMsg) (ixEntry, bool) {
-	prefix, n := l.prefix+".e.", 4
+	rest, ok := l.cut(m.key)
+	rest, entry := strings.CutPrefix(rest, "e.")
+	ok, n := ok && entry, 4
 	if !l.trie {
-		prefix, n = ixPrefix+"l."+string(l.status)+".", 5
+		rest, ok = strings.CutPrefix(m.key, ixPrefix+"l."+string(l.status)+".")
+		n = 5
 	}
-	rest, ok := strings.CutPrefix(m.key, prefix)
 	t := strings.Split(rest, ".")
 	if m.marker || !ok || len(t) != n {
 		return ixEntry{}, false
@@ -152,29 +153,7 @@ func (s *Store) dropStale(l ixList, e ixEntry, rec record, ok bool, now time.Tim
 	}
 	if (ok && rec.run.Rev > e.seq) || now.Sub(e.at) > staleAfter {
 		_ = s.nc.PublishMsg(s.markerMsg(e.key, e.seq))
-		if ok {
-			// The write that stored e stored its twin in the other
-			// listing of the pair (by workflow or not), under the
-			// same nonce, which no other write uses.
-			for _, k := range l.twins(e, rec.run.Workflow) {
-				_ = s.nc.PublishMsg(s.markerMsg(k, 0))
-			}
-		}
 	}
-}
-
-// twins are the keys the write of entry e of l stored besides e: in the
-// listing of the same status or creation by workflow, or in all.
-func (l ixList) twins(e ixEntry, workflow string) []string {
-	var keys []string
-	switch {
-	case !l.trie:
-	case l.status == "":
-		keys, _ = creationEntries(wfToken(workflow), e.ms, e.id, e.nonce)
-	default:
-		keys, _ = statusEntries(l.status, wfToken(workflow), e.ms, e.id, e.nonce)
-	}
-	return slices.DeleteFunc(keys, func(k string) bool { return k == e.key })
 }
 
 // entrySource yields the entries of a listing newest first, from a cursor.

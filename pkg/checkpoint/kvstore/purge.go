@@ -124,8 +124,7 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 					out = append(out, rec.run)
 				}
 			case ok && rec.tomb != nil && now.Sub(time.UnixMilli(rec.tomb.Purged)) >= s.finishAfter:
-				entries := append([]string{le.e.key}, le.l.twins(le.e, rec.tomb.Workflow)...)
-				if err := s.finishPurge(ctx, le.e.id, *rec.tomb, nil, entries); err != nil {
+				if err := s.finishPurge(ctx, le.e.id, *rec.tomb, nil, []string{le.e.key}); err != nil {
 					return nil, fmt.Errorf("ended runs: finish the purge of %s: %w", le.e.id, err)
 				}
 			case !ok || rec.tomb == nil:
@@ -158,13 +157,13 @@ func (s *Store) sweepDue() bool {
 	return now-last >= int64(sweepEvery) && s.swept.CompareAndSwap(last, now)
 }
 
-// sweep walks, oldest first up to before, the listings by creation (all,
-// and each workflow's) and those of the ended statuses by workflow:
-// EndedBefore walks only the ended statuses of every workflow, and the
-// directories that purges emptied in the others would stay for good
-// otherwise (a newest-first walk reaches them only on a page that far
-// back). Each walk reads its listing's oldest entries, up to
-// sweepBudget, and removes on the way the directories it finds empty
+// sweep walks, oldest first up to before, each workflow's listing by
+// creation: EndedBefore walks the ended statuses only (of every
+// workflow at once, which removes the emptied directories of each), and
+// the directories that purges emptied in the listings by creation would
+// stay for good otherwise (a newest-first walk reaches them only on a
+// page that far back). Each walk reads its listing's oldest entries, up
+// to sweepBudget, and removes on the way the directories it finds empty
 // (see trieSource): what a sweep costs grows with the runs kept before
 // the cutoff, at most sweepBudget for each listing, and with what it
 // removes, once, not with the runs purged before.
@@ -173,12 +172,9 @@ func (s *Store) sweep(ctx context.Context, before int64) error {
 	if err != nil {
 		return err
 	}
-	lists := []ixList{createdList()}
+	var lists []ixList
 	for _, wf := range append([]string{noWorkflow}, workflowNames(names)...) {
 		lists = append(lists, workflowList(wf))
-		for _, st := range endedStatuses {
-			lists = append(lists, statusList(st, wf))
-		}
 	}
 	return parallel(len(lists), func(i int) error {
 		_, err := s.ascending(lists[i], before).next(ctx, sweepBudget)
@@ -246,9 +242,10 @@ func earlier(a, b ixEntry) bool {
 //     from here on the run is purged (GetRun, Load, CreateRun, a commit
 //     answer so), and of schedulers purging at once one wins;
 //  2. every other key of the run, as the stream lists its subjects, and
-//     its creation entries, are purged (finishPurge);
-//  3. the tombstone's count entry is written (tombstoneTTL > 0), or the
-//     tombstone purged (tombstoneTTL 0: the id is free);
+//     its creation entries, are purged (finishPurge), and meanwhile the
+//     tombstone's count entry is written (tombstoneTTL > 0);
+//  3. the tombstone is purged when it keeps none (tombstoneTTL 0: the
+//     id is free);
 //  4. its status entries are purged, last: until then EndedBefore lists
 //     the run, reads the tombstone, and finishes a purge that stopped.
 func (s *Store) Purge(ctx context.Context, run checkpoint.Run, tombstoneTTL time.Duration) error {
@@ -351,28 +348,65 @@ func ttlUntil(expires int64) string {
 
 // finishPurge deletes what is left of run id once its record is the
 // tombstone t: its keys and created (its creation entries, when known),
-// then writes the tombstone's count entry (or deletes the tombstone when
-// it keeps none), then deletes status (its status entries). Each step
-// can be done again: EndedBefore calls it again for a purge that
-// stopped, from a status entry and its twin.
+// writing the tombstone's count entry meanwhile (or deleting the
+// tombstone after them when it keeps none), then status (its status
+// entries), last. Each step can be done again: EndedBefore calls it
+// again for a purge that stopped, from its status entry.
+//
+// Four round trips: the listing of the run's keys, with the count entry
+// and the markers of the creation entries; the purges of the keys; the
+// tombstone's purge when it keeps none; the purges of the status
+// entries, once the rest is gone.
 func (s *Store) finishPurge(ctx context.Context, id string, t tombDoc, created, status []string) error {
-	keys, err := s.runKeys(ctx, id)
+	var keys []string
+	err := parallel(2, func(i int) error {
+		if i == 0 {
+			var err error
+			keys, err = s.runKeys(ctx, id)
+			return err
+		}
+		var msgs []*nats.Msg
+		if t.Expires > 0 {
+			msg := s.putMsg(tombKey(id), nil, anyRevision)
+			msg.Header = nats.Header{hdrTTL: []string{ttlUntil(t.Expires)}}
+			msgs = append(msgs, msg)
+		}
+		return s.dropEntries(ctx, created, msgs...)
+	})
 	if err != nil {
 		return err
 	}
-	if err := s.purgeKeys(ctx, append(keys, created...)); err != nil {
+	if err := s.purgeKeys(ctx, keys); err != nil {
 		return err
 	}
-	if t.Expires > 0 {
-		msg := s.putMsg(tombKey(id), nil, anyRevision)
-		msg.Header = nats.Header{hdrTTL: []string{ttlUntil(t.Expires)}}
-		if _, err := s.publish(ctx, tombKey(id), msg, anyRevision); err != nil {
+	if t.Expires == 0 {
+		if err := s.purgeKeys(ctx, []string{runKey(id)}); err != nil {
 			return err
 		}
-	} else if err := s.purgeKeys(ctx, []string{runKey(id)}); err != nil {
-		return err
 	}
+	// The status entries with the purge API: a marker would count in
+	// CountRuns until it expires.
 	return s.purgeKeys(ctx, status)
+}
+
+// dropEntries removes index entries of a purged run and waits:
+// with markers that expire (one publish each, all at once, with the
+// other writes msgs), or, where the stream allows no message TTLs (the
+// marker would stay), with the stream's purge API.
+func (s *Store) dropEntries(ctx context.Context, keys []string, msgs ...*nats.Msg) error {
+	if !s.ttl.Load() {
+		if err := s.purgeKeys(ctx, keys); err != nil {
+			return err
+		}
+		keys = nil
+	}
+	for _, k := range keys {
+		msgs = append(msgs, s.markerMsg(k, 0))
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	return s.publishAll(ctx, msgs)
 }
 
 // runKeys lists the keys of run id but its record: every subject

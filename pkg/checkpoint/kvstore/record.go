@@ -115,7 +115,8 @@ func (c *runCache) forget(id string) {
 // nil: creates the run), in the order that keeps a live run in its
 // listing whatever happens between the writes: w's entries first, then
 // the record, then the markers of the entries the record no longer
-// names. A refused record write (errWrongRevision) removes the entries
+// names, without waiting for their answers. A refused record write
+// (errWrongRevision) removes the entries
 // it stored, which only it names; a crash leaves them, and a stale
 // entry left in a listing, to its readers (see resolve).
 func (s *Store) writeRun(ctx context.Context, b *base, next checkpoint.Run, w ixWrite) (checkpoint.Run, error) {
@@ -149,10 +150,11 @@ func (s *Store) writeRun(ctx context.Context, b *base, next checkpoint.Run, w ix
 	if s.afterRecord != nil {
 		s.afterRecord(ctx)
 	}
-	if len(w.drops) > 0 {
-		// The record is written: an entry left by a failure here is a
-		// stale one, which its readers remove.
-		_ = s.dropIndex(ctx, w.drops)
+	// The record is written: the markers go without waiting for their
+	// answers. An entry a lost one leaves is a stale one, which its
+	// readers remove.
+	for _, k := range w.drops {
+		_ = s.nc.PublishMsg(s.markerMsg(k, 0))
 	}
 	return stored, nil
 }

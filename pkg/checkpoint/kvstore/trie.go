@@ -93,10 +93,17 @@ type trieNode struct {
 // end is the end of the node's time (unix ms, exclusive).
 func (n trieNode) end() int64 { return (n.b + 1) << trieShift[n.level] }
 
-// trieChild is a child of a directory, as its directory key names it at
-// sequence seq.
+// trieChild is a child of a directory, as the directory keys that name
+// it were read: one, or in a listing of every workflow one for each
+// workflow whose trie has it.
 type trieChild struct {
-	b   int64
+	b     int64
+	names []dirName
+}
+
+// dirName is a directory key as read at sequence seq.
+type dirName struct {
+	key string
 	seq uint64
 }
 
@@ -109,11 +116,10 @@ type trieFrame struct {
 	// onPath: the directory is on the bound's path, so its children
 	// stop at the bound's.
 	onPath bool
-	// node is the directory, named in its parent by key at seq (no key:
-	// the root).
-	node trieNode
-	key  string
-	seq  uint64
+	// node is the directory, named in its parent by names (none: the
+	// root).
+	node  trieNode
+	names []dirName
 	// whole: bs holds every child of node; held: a child read holds an
 	// entry, or was not read whole, or is too young to remove.
 	whole, held bool
@@ -143,15 +149,6 @@ func (s *Store) ascending(l ixList, before int64) *trieSource {
 	return t
 }
 
-// dirKey is the key that names child b (at level) in its parent directory
-// p (at level+1).
-func (l ixList) dirKey(level int, p, b int64) string {
-	if level == trieTop {
-		return l.prefix + ".r." + itoa(b)
-	}
-	return l.prefix + ".d" + strconv.Itoa(level) + "." + itoa(p) + "." + itoa(b)
-}
-
 func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 	for len(t.buf) < n {
 		if !t.started {
@@ -161,7 +158,7 @@ func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 					return nil, err
 				}
 			}
-			if err := t.enter(ctx, trieNode{level: trieTop + 1}, "", 0, t.bounded); err != nil {
+			if err := t.enter(ctx, trieNode{level: trieTop + 1}, nil, t.bounded); err != nil {
 				return nil, err
 			}
 			continue
@@ -189,7 +186,7 @@ func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 		c := f.bs[f.i]
 		f.i++
 		child := trieNode{level: f.level, b: c.b}
-		if err := t.enter(ctx, child, t.l.dirKey(f.level, f.node.b, c.b), c.seq, f.onPath && c.b == t.path[f.level]); err != nil {
+		if err := t.enter(ctx, child, c.names, f.onPath && c.b == t.path[f.level]); err != nil {
 			return nil, err
 		}
 	}
@@ -204,8 +201,8 @@ func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 func (t *trieSource) pop() {
 	f := t.stack[len(t.stack)-1]
 	t.stack = t.stack[:len(t.stack)-1]
-	if f.key != "" && f.whole && !f.held && f.node.end() <= t.pruneBefore {
-		t.prune(f.key, f.seq)
+	if len(f.names) > 0 && f.whole && !f.held && f.node.end() <= t.pruneBefore {
+		t.prune(f.names)
 		return
 	}
 	if len(t.stack) > 0 {
@@ -213,12 +210,14 @@ func (t *trieSource) pop() {
 	}
 }
 
-// prune removes the directory key key, as read at seq, without waiting
-// for the answer (a reader without write permission only gets it
-// refused): a marker conditional on seq, so that a directory written
-// again since stays.
-func (t *trieSource) prune(key string, seq uint64) {
-	_ = t.s.nc.PublishMsg(t.s.markerMsg(key, seq))
+// prune removes the directory keys names, each as read at its seq,
+// without waiting for the answers (a reader without write permission
+// only gets them refused): a marker conditional on seq, so that a
+// directory written again since stays.
+func (t *trieSource) prune(names []dirName) {
+	for _, n := range names {
+		_ = t.s.nc.PublishMsg(t.s.markerMsg(n.key, n.seq))
+	}
 }
 
 // readAhead reads the children of every directory on the path to the
@@ -242,7 +241,7 @@ func (t *trieSource) readAhead(ctx context.Context) error {
 	}
 	for _, m := range msgs {
 		if node, child, ok := t.l.parseDir(m); ok {
-			t.dirs[node] = append(t.dirs[node], trieChild{child, m.seq})
+			t.dirs[node] = addChild(t.dirs[node], child, m)
 		}
 	}
 	return nil
@@ -257,7 +256,7 @@ func (t *trieSource) nodeOf(filter string) trieNode {
 // parseDir reads a directory key of l: the directory and the child it
 // names.
 func (l ixList) parseDir(m ixMsg) (trieNode, int64, bool) {
-	rest, ok := strings.CutPrefix(m.key, l.prefix+".")
+	rest, ok := l.cut(m.key)
 	if !ok || m.marker {
 		return trieNode{}, 0, false
 	}
@@ -279,9 +278,21 @@ func (l ixList) parseDir(m ixMsg) (trieNode, int64, bool) {
 	return trieNode{}, 0, false
 }
 
-// enter walks the children of node next, read ahead or read now; key
-// and seq name node in its parent.
-func (t *trieSource) enter(ctx context.Context, node trieNode, key string, seq uint64, onPath bool) error {
+// addChild adds the directory key m, which names child b, to children.
+func addChild(children []trieChild, b int64, m ixMsg) []trieChild {
+	name := dirName{m.key, m.seq}
+	for i := range children {
+		if children[i].b == b {
+			children[i].names = append(children[i].names, name)
+			return children
+		}
+	}
+	return append(children, trieChild{b, []dirName{name}})
+}
+
+// enter walks the children of node next, read ahead or read now; names
+// name node in its parent.
+func (t *trieSource) enter(ctx context.Context, node trieNode, names []dirName, onPath bool) error {
 	children, ok := t.dirs[node]
 	if !ok {
 		msgs, err := t.s.readLast(ctx, []string{t.l.dirFilter(node.level, node.b)})
@@ -290,11 +301,11 @@ func (t *trieSource) enter(ctx context.Context, node trieNode, key string, seq u
 		}
 		for _, m := range msgs {
 			if _, child, ok := t.l.parseDir(m); ok {
-				children = append(children, trieChild{child, m.seq})
+				children = addChild(children, child, m)
 			}
 		}
 	}
-	f := trieFrame{level: node.level - 1, onPath: onPath, node: node, key: key, seq: seq, whole: true}
+	f := trieFrame{level: node.level - 1, onPath: onPath, node: node, names: names, whole: true}
 	for _, c := range children {
 		if onPath && c.b > t.path[node.level-1] {
 			f.whole = false
@@ -395,7 +406,7 @@ func (t *trieSource) readLeaves(ctx context.Context, f *trieFrame, need int) err
 		}
 		for _, c := range leaves {
 			if !held[c.b] && (trieNode{0, c.b}).end() <= t.pruneBefore {
-				t.prune(t.l.dirKey(0, f.node.b, c.b), c.seq)
+				t.prune(c.names)
 			} else {
 				f.held = true
 			}
