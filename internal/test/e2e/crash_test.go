@@ -8,6 +8,7 @@ import (
 
 	"github.com/durable-run/durable/internal/demo/payments"
 	"github.com/durable-run/durable/internal/test/testenv"
+	"github.com/durable-run/durable/internal/test/testenv/fleetcheck"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
@@ -99,6 +100,10 @@ func TestCrashAtEveryBoundary(t *testing.T) {
 			waitDrained(t, f)
 			if after := snapshot(t, f); after != before {
 				t.Errorf("replaying the stream changed state:\nbefore %s\nafter  %s", before, after)
+			}
+			// The run index agrees with the records after the kills.
+			if problems, err := fleetcheck.Index(ctx, f.store, crashRuns); err != nil || len(problems) > 0 {
+				t.Errorf("run index after the crashes: %v %v", err, problems)
 			}
 			f.stopAll()
 		})
