@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -69,6 +70,10 @@ func (s *Scheduler) Purge(ctx context.Context) PurgeResult {
 		if len(todo) == 0 {
 			return res
 		}
+		// Schedulers purging at once read the same oldest runs: each
+		// takes them in its own order, so that they mostly purge
+		// different runs rather than race for the same ones.
+		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, purgeParallel)
