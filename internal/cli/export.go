@@ -72,7 +72,7 @@ func cmdRunsExport(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "%d runs exported\n", n)
+	fmt.Fprintf(stderr, "%s exported\n", plural(n, "run", "runs"))
 	return nil
 }
 
