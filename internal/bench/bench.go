@@ -72,6 +72,10 @@ type Config struct {
 	// HistoryWaitingRuns). Figures from a shrunk phase are not the
 	// issue's.
 	HistoryRounds, HistoryWaiting int
+	// HistoryPurgeRate is the pace of the history phase's paced purge,
+	// whose effect on the live work it measures. Default
+	// scheduler.DefaultPurgeRate.
+	HistoryPurgeRate int
 	// Dir holds the servers' data and the worker logs. Default: a new
 	// temporary directory, removed at the end.
 	Dir string

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -137,7 +138,9 @@ type HistoryResult struct {
 	PurgeRunsPerS     *float64 `json:"purge_runs_per_s,omitempty"`
 	BytesPerTombstone *float64 `json:"bytes_per_tombstone,omitempty"`
 	PurgeSeconds      float64  `json:"purge_s,omitempty"`
-	StoreBytesPurged  int64    `json:"store_bytes_purged,omitempty"`
+	// PurgeRate is the pace of the paced purge (runs/s).
+	PurgeRate        int   `json:"purge_rate,omitempty"`
+	StoreBytesPurged int64 `json:"store_bytes_purged,omitempty"`
 	// DuringPurge are the live work's figures taken while a purge at the
 	// scheduler's default pace ran (TwinDuringPurge the twin's, on the
 	// same servers); PurgeRatios divide them by Full, the same store just
@@ -287,9 +290,11 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	}
 	rate := float64(older.Purged) / older.took.Seconds()
 	res.PurgeRunsPerS = &rate
+	pace := cmp.Or(h.b.cfg.HistoryPurgeRate, scheduler.DefaultPurgeRate)
+	res.PurgeRate = pace
 	done := make(chan purged, 1)
 	go func() {
-		p, err := h.purge(ctx, h.liveSince, scheduler.DefaultPurgeRate)
+		p, err := h.purge(ctx, h.liveSince, pace)
 		p.err = err
 		done <- p
 	}()
@@ -313,7 +318,7 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	tomb := float64(after-res.StoreBytesEmpty) / float64(res.EndedRuns)
 	res.StoreBytesPurged, res.BytesPerTombstone = after, &tomb
 	h.b.progress.linef("%-36s %d runs purged unpaced in %.1fs (%.0f/s), %d at %d/s in %.1fs, during which the worst figure was %.2fx (%s); %.0f bytes per tombstone",
-		h.label, older.Purged, older.took.Seconds(), rate, newer.Purged, scheduler.DefaultPurgeRate, newer.took.Seconds(), res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
+		h.label, older.Purged, older.took.Seconds(), rate, newer.Purged, pace, newer.took.Seconds(), res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
 	return nil
 }
 
@@ -375,9 +380,9 @@ func (r *HistoryResult) resultLine(durability string) string {
 		purgeRate = fmt.Sprintf("%.0f", *r.PurgeRunsPerS)
 	}
 	return fmt.Sprintf("RESULT system=%s phase=history ended_runs=%d repair_ms=%.2f list_page_ms=%.2f gauges_ms=%.2f start_p50_ms=%.3f worst_ratio_to_empty=%.2f bytes_per_ended_run=%.0f bytes_per_tombstone=%s"+
-		" runs_list_ms=%.2f api_runs_ms=%.2f step_p50_ms=%.3f worst_ratio_to_twin=%.2f purge_runs_per_s=%s worst_ratio_during_purge=%.2f step_p50_ratio_during_purge=%.2f fill=%s durability=%s",
+		" runs_list_ms=%.2f api_runs_ms=%.2f step_p50_ms=%.3f worst_ratio_to_twin=%.2f purge_runs_per_s=%s purge_rate=%d worst_ratio_during_purge=%.2f step_p50_ratio_during_purge=%.2f fill=%s durability=%s",
 		r.System, r.EndedRuns, r.Full.RepairMS, r.Full.ListPageMS, r.Full.GaugesMS, r.Full.StartP50MS, r.WorstRatio, r.BytesPerEndedRun, tomb,
-		r.Full.RunsListMS, r.Full.APIRunsMS, r.Full.StepP50MS, r.WorstTwinRatio, purgeRate, r.WorstPurgeRatio, r.PurgeRatios["step_p50"], r.Fill, durability)
+		r.Full.RunsListMS, r.Full.APIRunsMS, r.Full.StepP50MS, r.WorstTwinRatio, purgeRate, r.PurgeRate, r.WorstPurgeRatio, r.PurgeRatios["step_p50"], r.Fill, durability)
 }
 
 // Failures joins the errors of the phases that failed on a store while

@@ -89,7 +89,7 @@ func (in *historyInstruments) close() {
 // historySamples are the rounds' timings of one store.
 type historySamples struct {
 	repair, page, api, scan, scrape, gauges, runsList, starts, steps []time.Duration
-	scanAlloc, heapInuse                                      []int64 // bytes
+	scanAlloc, heapInuse                                             []int64 // bytes
 }
 
 func (s *historySamples) figures() HistoryFigures {

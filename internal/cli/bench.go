@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/durable-run/durable/internal/bench"
+	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/service"
 )
 
@@ -26,6 +27,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	durability := fs.String("durability", bench.DurabilityDefault, "default (Redis appendfsync everysec, JetStream's default sync), or strict (both sync every write), for the floor and durable alike")
 	only := fs.String("only", "", "run one phase alone: parked, or fanout (1,000 branches against 1,000 steps in line)")
 	sweepers := fs.Int("sweep-schedulers", 1, "scheduler replicas that sweep the parked runs' expired waits")
+	purgeRate := fs.Int("purge-rate", scheduler.DefaultPurgeRate, "with --history: the pace (runs/s) of the purge during which the live work's figures are taken again")
 	history := fs.Int("history", 0, "N: run the history phase alone: fill each store with N ended claims-9 runs beside 1,000 waiting and 100 running, and measure a repair pass, a page of runs, the fleet gauges, runs list --status waiting and start p50 against the same store without them; 0 leaves it out")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
@@ -56,12 +58,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		cfg.Parked = -1
 	}
 	switch {
+	case *purgeRate < 1:
+		return service.Usagef("bench: --purge-rate %d: want at least 1 run a second", *purgeRate)
 	case *history < 0:
 		return service.Usagef("bench: --history %d: give a number of ended runs, or 0 to leave the phase out", *history)
 	case *history > 0 && *only != "":
 		return service.Usagef("bench: --history runs the history phase alone: drop --only %s", *only)
 	}
-	cfg.History = *history
+	cfg.History, cfg.HistoryPurgeRate = *history, *purgeRate
 	if *sweepers < 1 {
 		return service.Usagef("bench: --sweep-schedulers %d: want at least 1", *sweepers)
 	}
