@@ -61,7 +61,7 @@ func (s *Store) BackfillIndex(ctx context.Context, batch int) (checkpoint.Backfi
 		}
 	}
 	if p.Done {
-		return checkpoint.BackfillProgress{Done: true}, nil
+		return s.backfillDone(ctx)
 	}
 	if p.Target == 0 {
 		if p.Target, err = s.lastSeq(ctx, "run.*"); err != nil {
@@ -168,4 +168,14 @@ func (s *Store) backfillRun(ctx context.Context, m ixMsg) (bool, error) {
 // is none.
 func (s *Store) leaderNext(ctx context.Context, filter string, seq uint64) (uint64, error) {
 	return s.msgGetSeq(ctx, map[string]any{"next_by_subj": s.subjects + filter, "seq": seq, "no_hdr": true})
+}
+
+// backfillDone is a BackfillIndex call once the backfill is done: the
+// index maintenance that is left, the recount of the ended runs (see
+// maintainCounts).
+func (s *Store) backfillDone(ctx context.Context) (checkpoint.BackfillProgress, error) {
+	if err := s.maintainCounts(ctx); err != nil {
+		return checkpoint.BackfillProgress{}, fmt.Errorf("backfill index: recount ended runs: %w", err)
+	}
+	return checkpoint.BackfillProgress{Done: true}, nil
 }

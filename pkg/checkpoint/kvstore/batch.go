@@ -123,6 +123,7 @@ func (s *Store) commitBatch(ctx context.Context, run checkpoint.Run, cp checkpoi
 func (s *Store) wroteRun(run checkpoint.Run, rev uint64, w ixWrite) checkpoint.Run {
 	run.Rev = rev
 	s.wrote(w)
+	s.countAdd(w.counts)
 	s.runs.put(run.ID, baseOf(run, w.ix))
 	return run
 }

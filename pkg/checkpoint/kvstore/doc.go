@@ -134,18 +134,21 @@
 // the listings of the ended statuses, and, once a retention pass has
 // found every run up to its cutoff, sweeps the others (sweep).
 //
-// CountRuns reads no run and keeps no counter: it counts the entries, the
-// live ones by reading their listing, the ended ones as the server
-// counts the subjects of each listing of a status and workflow (an
-// ephemeral consumer's pending count: a walk of the stream's subject
-// index, no message read): about 45 ms for 100,000 ended runs on this
-// project's test VM (0.4 µs a run; BenchmarkListLive/CountRuns), and
-// exact by construction. Counters updated beside
-// the records would cost a compare-and-set per status change on keys
-// every writer shares, and, where a commit is two writes, drift at each
-// crash between them with nothing to tell. A run that left an ended
-// status (a redriven dead run) counts there until its entry's marker
-// expires.
+// CountRuns reads no run: it counts the live runs by reading their
+// listing, and reads the counts of the ended ones from counter keys
+// (counts.go): each process that moves a run into or out of an ended
+// status (an end, a redrive, a purge) adds it to its own shard,
+// run.=ix.c.<process>, written whole after the record (no read, no
+// compare-and-set; a status change that keeps the run live, and a
+// commit that keeps its status, write none), and a count is the sum of
+// the base, run.=ix.c.=, and the shards: statuses × workflows ×
+// processes writing, whatever the bucket holds. A crash between a record
+// and its shard's write leaves a count off by the runs it moved; the
+// scheduler's index maintenance recounts the entries every hour (0.4 µs
+// an ended run), corrects a difference it finds twice, two minutes
+// apart, and folds the shards idle for an hour into the base. A bucket
+// without a base (written by a version that did not count) is counted
+// by its entries until that first recount.
 //
 // # Retention
 //

@@ -38,3 +38,12 @@ func SetBatches(s *Store, on bool) {
 	s.enableOnce.Do(func() {})
 	s.batches.Store(on)
 }
+
+// LoseCountWrites makes s drop the writes of its shard of the counts of
+// ended runs, as a crash after each record write would.
+func LoseCountWrites(s *Store, on bool) { s.loseCounts = on }
+
+// MaintainCountsAt runs the recount of the ended runs as if at now.
+func MaintainCountsAt(ctx context.Context, s *Store, now time.Time) error {
+	return s.maintainCountsAt(ctx, now)
+}

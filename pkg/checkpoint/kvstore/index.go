@@ -240,6 +240,9 @@ type ixWrite struct {
 	// drops are the entries of the record before the write that the
 	// record no longer names: removed after it (or in its batch).
 	drops []string
+	// counts are the changes to the counts of ended runs, made once the
+	// record is written (counts.go).
+	counts []countDelta
 }
 
 func (w ixWrite) touches() bool { return len(w.puts) > 0 || len(w.late) > 0 || len(w.drops) > 0 }
@@ -278,15 +281,18 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 	case b != nil && b.ix != nil:
 		ix = ixState{At: entered(next), N: nonce(), C: b.ix.C}
 		w.drops, _ = statusEntries(b.status, wfToken(b.workflow), b.ix.At, next.ID, b.ix.N)
+		w.counts = endedDeltas(b.status, true, next.Status, wfToken(next.Workflow), wfToken(b.workflow))
 	case b != nil: // written before the index
 		n := nonce()
 		ix = ixState{At: entered(next), N: n, C: n}
 		if b.status == next.Status {
 			ix.At = b.updated.UnixMilli()
 		}
+		w.counts = endedDeltas("", false, next.Status, wfToken(next.Workflow), "")
 	default:
 		n := nonce()
 		ix = ixState{At: entered(next), N: n, C: n}
+		w.counts = endedDeltas("", false, next.Status, wfToken(next.Workflow), "")
 	}
 	ended := time.Now().Add(-rewriteAge).UnixMilli()
 	add := func(entries, dirs []string, ms int64) {

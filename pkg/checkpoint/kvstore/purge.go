@@ -281,6 +281,9 @@ func (s *Store) Purge(ctx context.Context, run checkpoint.Run, tombstoneTTL time
 		return fail(err)
 	}
 	s.runs.forget(run.ID)
+	if b.ix != nil {
+		s.countAdd(endedDeltas(b.status, true, "", "", wfToken(b.workflow)))
+	}
 	if s.afterTomb != nil {
 		s.afterTomb(ctx)
 	}

@@ -98,6 +98,9 @@ type Store struct {
 
 	workflows workflowCache
 
+	// counts is this process's shard of the counts of ended runs.
+	counts countShard
+
 	// batches: commits go as one atomic batch. Set by New, or at the
 	// first commit when mayEnable (see enableBatches); cleared for good
 	// when the server shows it cannot take them.
@@ -120,6 +123,9 @@ type Store struct {
 	// (tests).
 	afterTomb   func(ctx context.Context)
 	finishAfter time.Duration
+	// loseCounts, when set (by tests), drops the writes of the counts'
+	// shard, as a crash right after each record write would.
+	loseCounts bool
 }
 
 var _ checkpoint.Store = (*Store)(nil)
@@ -139,7 +145,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 	if opts.Timeout <= 0 {
 		opts.Timeout = 5 * time.Second
 	}
-	kv, err := bindOrCreate(ctx, js, opts)
+	kv, created, err := bindOrCreate(ctx, js, opts)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
 	}
@@ -174,13 +180,19 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		s.batches.Store(cfg.AllowAtomicPublish)
 		s.mayEnable = !cfg.AllowAtomicPublish
 	}
+	if created {
+		if err := s.initCounts(ctx); err != nil {
+			return nil, fmt.Errorf("checkpoint bucket %s: %w", opts.Bucket, err)
+		}
+	}
 	return s, nil
 }
 
-func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, opts.Bucket)
+// bindOrCreate binds the bucket, or creates it (created).
+func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (kv jetstream.KeyValue, created bool, err error) {
+	kv, err = js.KeyValue(ctx, opts.Bucket)
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return kv, err
+		return kv, false, err
 	}
 	cfg := jetstream.KeyValueConfig{
 		Bucket:      opts.Bucket,
@@ -197,9 +209,10 @@ func bindOrCreate(ctx context.Context, js jetstream.JetStream, opts Options) (je
 		kv, err = js.CreateKeyValue(ctx, cfg)
 	}
 	if errors.Is(err, jetstream.ErrBucketExists) { // another process was first
-		return js.KeyValue(ctx, opts.Bucket)
+		kv, err = js.KeyValue(ctx, opts.Bucket)
+		return kv, false, err
 	}
-	return kv, err
+	return kv, err == nil, err
 }
 
 func checkID(id string) error {
