@@ -421,6 +421,7 @@ func writeHistory(b *strings.Builder, rs []HistoryResult) error {
 			r.Empty.ScanAllocMiB, r.Empty.HeapInuseMiB, r.Full.ScanAllocMiB, r.Full.HeapInuseMiB, r.TwinFull.ScanAllocMiB, r.TwinFull.HeapInuseMiB)
 		row("runs_list", "runs list --status waiting --limit 0 (client.List)", func(f HistoryFigures) float64 { return f.RunsListMS })
 		row("start_p50", "start p50 (client.Start, one at a time)", func(f HistoryFigures) float64 { return f.StartP50MS })
+		row("step_p50", fmt.Sprintf("step p50 (a %d-step run through a worker)", historyStepsPerRound), func(f HistoryFigures) float64 { return f.StepP50MS })
 		if err := tw.Flush(); err != nil {
 			return err
 		}
