@@ -18,8 +18,9 @@ CHAOS_TIMEOUT ?= 30m
 # priority, on what the tests leave idle (process-level tests mostly
 # wait), they no longer add their two minutes or more to the CI's wall
 # time. Any failure still fails `make test`, once the tests are done.
+# (No --output-sync: it would hold the tests' output until they end.)
 test: deps
-	@$(MAKE) --no-print-directory -j4 --output-sync=line race vet staticcheck vulncheck LINT_NICE="nice -n 19"
+	@$(MAKE) --no-print-directory -j4 race vet staticcheck vulncheck LINT_NICE="nice -n 19"
 
 # The tests alone, under the race detector.
 race:
