@@ -120,7 +120,10 @@ func TestTwoSchedulersHandleEachWaitOnce(t *testing.T) {
 		t.Skip("1,000 runs")
 	}
 	for _, kind := range testfleet.Kinds {
-		t.Run(kind, func(t *testing.T) { twoSchedulers(t, kind) })
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // a fleet of its own; mostly waits on expiries and round trips
+			twoSchedulers(t, kind)
+		})
 	}
 }
 

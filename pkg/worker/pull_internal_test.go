@@ -56,6 +56,7 @@ func TestStepClockAverages(t *testing.T) {
 func TestPullerRecreatesConsumerDeletedBetweenPulls(t *testing.T) {
 	for _, mode := range []string{"fetch", "stream"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // its own nats-server; the puller waits out missed heartbeats
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			js, cc, stale := newConsumer(t, "gone")
@@ -89,6 +90,7 @@ func TestPullerProvisionsStepStreamDeletedUnderIt(t *testing.T) {
 		{"fetch", "during a pull"}, {"stream", "during a pull"},
 	} {
 		t.Run(tc.mode+" "+tc.when, func(t *testing.T) {
+			t.Parallel() // its own nats-server; the puller waits out missed heartbeats
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			js, cc, c := newConsumer(t, "lost")

@@ -29,6 +29,7 @@ func TestCrashAtEveryBoundary(t *testing.T) {
 	}
 	for _, kind := range []string{"redis", "kv"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // its own servers, payments API and worker processes
 			f := newFleet(t, kind, crashPlan)
 			f.startWorker()
 			f.startWorker()

@@ -16,6 +16,7 @@ func TestDemo(t *testing.T) {
 	}
 	for _, kind := range []string{"kv", "redis"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // its own servers, payments API and worker processes
 			args := []string{"demo", "--timeout", "3m"}
 			if kind == "redis" {
 				args = append(args, "--redis", testenv.StartRedis(t).URL)

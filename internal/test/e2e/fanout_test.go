@@ -31,6 +31,7 @@ func TestFanOutCrashes(t *testing.T) {
 	}
 	for _, kind := range []string{"redis", "kv"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // its own servers, payments API and worker processes
 			f := newFleet(t, kind, fanOutPlan)
 			f.startWorker()
 			f.startWorker()
@@ -148,6 +149,7 @@ func TestChildRunsCrash(t *testing.T) {
 	}
 	for _, kind := range []string{"redis", "kv"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // its own servers, payments API and worker processes
 			f := newFleet(t, kind, "batch-1:1:after-checkpoint")
 			f.startWorker()
 			f.startWorker()

@@ -27,6 +27,7 @@ func TestSIGSTOPZombieCannotAdvance(t *testing.T) {
 	}
 	for _, kind := range []string{"redis", "kv"} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // its own servers, payments API and worker processes
 			f := newFleet(t, kind, "claim-0050:6:stop")
 			f.startWorker()
 			f.startWorker()
