@@ -109,13 +109,21 @@ func (w *shardWrite) finish(err error) {
 // polled stops a wait at once: a poll.
 var polled = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// wait waits for the write's answer, or polls it with ctx nil (ok:
-// answered; a poll may miss an answer that just came).
+// wait waits for the write's answer until ctx ends (ok: answered).
 func (w *shardWrite) wait(ctx context.Context) (ok bool, err error) {
-	stop := (<-chan struct{})(polled)
-	if ctx != nil {
-		stop = ctx.Done()
+	if ok, err = w.settle(ctx.Done()); !ok {
+		return false, ctx.Err()
 	}
+	return ok, err
+}
+
+// poll is wait that does not wait: false while the write is in flight
+// (a poll may miss an answer that just came).
+func (w *shardWrite) poll() (ok bool, err error) { return w.settle(polled) }
+
+// settle waits for the write's outcome until stop is closed: false when
+// stop came first.
+func (w *shardWrite) settle(stop <-chan struct{}) (ok bool, err error) {
 	select {
 	case <-w.done:
 	case <-w.f.Ok():
@@ -123,10 +131,7 @@ func (w *shardWrite) wait(ctx context.Context) (ok bool, err error) {
 	case err := <-w.f.Err():
 		w.finish(err)
 	case <-stop:
-		if ctx == nil {
-			return false, nil
-		}
-		return false, ctx.Err()
+		return false, nil
 	}
 	<-w.done
 	return true, w.err
@@ -156,7 +161,7 @@ func (c *countShard) sentOK() bool {
 	if c.sent == nil {
 		return true
 	}
-	ok, err := c.sent.wait(nil)
+	ok, err := c.sent.poll()
 	return ok && err == nil
 }
 
