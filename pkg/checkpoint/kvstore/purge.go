@@ -467,10 +467,14 @@ func (s *Store) sideKeys(ctx context.Context, id string) ([]string, error) {
 // purgeKeys deletes every message of each key with the stream's purge
 // API (filtered on the key: the subject's messages only, found through
 // the subject index), which leaves no marker: nothing of the key stays.
-// A key without messages costs the request only. When ctx has no
-// deadline, one bounds them all: the store's Timeout for each wave of
-// indexWriters requests (a context each, a timer and a lock on the
-// caller's context, cost the client about as much as the request).
+// A key without messages costs the request only. One filter with a
+// wildcard for many keys would be one request, but the server reads every
+// message from the first match to the last in each block that holds one
+// (fileStore.PurgeEx), and other runs' keys lie between a run's: see
+// docs/performance.md, "History at scale". When ctx has no deadline, one
+// bounds them all: the store's Timeout for each wave of indexWriters
+// requests (a context each, a timer and a lock on the caller's context,
+// cost the client about as much as the request).
 func (s *Store) purgeKeys(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
