@@ -47,3 +47,6 @@ func LoseCountWrites(s *Store, on bool) { s.loseCounts = on }
 func MaintainCountsAt(ctx context.Context, s *Store, now time.Time) error {
 	return s.maintainCountsAt(ctx, now)
 }
+
+// PurgeAnswer reads the answer to a purge request (purgeAnswer).
+func PurgeAnswer(data []byte) error { return purgeAnswer("k", data) }

@@ -139,15 +139,16 @@ func fullRun(t *testing.T, s *kvstore.Store, id string) checkpoint.Run {
 // A purge leaves nothing of the run but its tombstone and the entry that
 // counts it: no checkpoint, journal, failures, branch key, spend, log,
 // liveness mark, deadline marker or index entry, and no marker of their
-// removal for long; another run's keys and a workflow named like the run
-// stay. Without a tombstone, nothing at all is left.
+// removal for long; another run's keys (one whose id the run's is a
+// prefix of) and a workflow named like the run stay. Without a
+// tombstone, nothing at all is left.
 func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
 	js := connect(t)
 	for name, open := range retentionStores(t, js) {
 		t.Run(name, func(t *testing.T) {
 			s, bucket := open()
 			ctx := testCtx(t)
-			victim, bystander, free := fullRun(t, s, "victim"), fullRun(t, s, "bystander"), fullRun(t, s, "free")
+			victim, bystander, free := fullRun(t, s, "victim"), fullRun(t, s, "victim1"), fullRun(t, s, "free")
 			if err := s.RegisterWorkflow(ctx, checkpoint.WorkflowInfo{Name: "victim", Version: 1, FirstStep: "a", Steps: []string{"a"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +156,7 @@ func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
 			// meanwhile: compare its keys once they have.
 			var before map[string]string
 			testenv.Eventually(t, 10*time.Second, "the bystander's markers to expire", func() bool {
-				before = keysOf(t, js, bucket, "bystander")
+				before = keysOf(t, js, bucket, "victim1")
 				return !strings.Contains(fmt.Sprint(before), ":PURGE")
 			})
 			for _, k := range []string{"cp.victim.1", "cp.victim.2", "cp.victim.2.1", "j.victim.2.2", "f.victim.1", "f.victim.2.1", "sp.victim.2.branches", "alive.victim", "due.victim", "run.victim.a.0", "run.victim.b." + victim.Approvals[0].PayloadBlob} {
@@ -179,7 +180,7 @@ func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
 			if ttl := tomb.Header.Get("Nats-TTL"); ttl != "3600s" || len(tomb.Data) > 100 {
 				t.Errorf("tombstone %q (%d bytes) with TTL %q, want under 100 bytes and 3600s", tomb.Data, len(tomb.Data), ttl)
 			}
-			if got := keysOf(t, js, bucket, "bystander"); fmt.Sprint(got) != fmt.Sprint(before) {
+			if got := keysOf(t, js, bucket, "victim1"); fmt.Sprint(got) != fmt.Sprint(before) {
 				t.Errorf("another run's keys moved: %v, were %v", got, before)
 			}
 			if _, err := s.GetRun(ctx, bystander.ID); err != nil {
@@ -458,4 +459,25 @@ func runIDs(runs []checkpoint.Run) []string {
 		ids[i] = r.ID
 	}
 	return ids
+}
+
+// TestPurgeAnswer: a success is taken without decoding; anything else is
+// decoded, and a refusal or an error is one.
+func TestPurgeAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		answer string
+		ok     bool
+	}{
+		{`{"type":"io.nats.jetstream.api.v1.stream_purge_response","success":true,"purged":1}`, true},
+		{`{"type":"io.nats.jetstream.api.v1.stream_purge_response","success":true,"purged":0}`, true},
+		{`{"success": true}`, true},
+		{`{"type":"io.nats.jetstream.api.v1.stream_purge_response","error":{"code":503,"err_code":10039,"description":"jetstream not enabled for account"},"success":false,"purged":0}`, false},
+		{`{"type":"x","error":{"code":500,"err_code":10134,"description":"\"success\":true"},"success":false}`, false},
+		{`{"success":false}`, false},
+		{`not json`, false},
+	} {
+		if err := kvstore.PurgeAnswer([]byte(tc.answer)); (err == nil) != tc.ok {
+			t.Errorf("answer %s: %v, want ok %v", tc.answer, err, tc.ok)
+		}
+	}
 }
