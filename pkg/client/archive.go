@@ -63,6 +63,9 @@ type archiveDoc struct {
 // it again replaces it: a run id freed after its tombstone expired may be
 // archived a second time by its new run.
 func (c *Client) Archive(ctx context.Context, archive blob.Store, id string) (Archived, error) {
+	if archive == nil {
+		return Archived{}, fmt.Errorf("archive run %s: no archive store given", id)
+	}
 	v, err := c.Inspect(ctx, id)
 	if err != nil {
 		return Archived{}, err
