@@ -306,6 +306,41 @@ func testPageRunsPaging(t *testing.T, s checkpoint.Store) {
 	}
 }
 
+// testPageRunsAcrossTime: runs spread from three years ago to half a
+// minute ahead of now (a writer's clock that runs ahead) list newest
+// first, page after page, whatever the store does with time (the KV
+// store keeps a time trie whose nodes span 16 ms to 199 days, and reads
+// only the path to now of the old ones ahead).
+func testPageRunsAcrossTime(t *testing.T, s checkpoint.Store) {
+	now := time.Now().UTC()
+	var all, done []string
+	for i, d := range []time.Duration{
+		-30 * time.Second, 0, 2 * time.Second, 90 * time.Second, 2 * time.Hour, 75 * time.Hour,
+		4 * 24 * time.Hour, 100 * 24 * time.Hour, 300 * 24 * time.Hour, 3 * 365 * 24 * time.Hour,
+	} {
+		id := fmt.Sprintf("span-%02d", i)
+		st := checkpoint.StatusRunning
+		if i%2 == 1 {
+			st = checkpoint.StatusCompleted
+			done = append(done, id)
+		}
+		all = append(all, id)
+		mustCreate(t, s, runAt(id, "span", st, now.Add(-d)))
+	}
+	for _, q := range []checkpoint.PageQuery{
+		{Limit: 1}, {Limit: 2}, {Limit: 3}, {Limit: 50}, {Workflow: "span", Limit: 1},
+		{Status: checkpoint.StatusCompleted, Limit: 1}, {Status: checkpoint.StatusCompleted, Workflow: "span", Limit: 2},
+	} {
+		want := all
+		if q.Status != "" {
+			want = done
+		}
+		if got, sizes := pageAll(t, s, q); got != strings.Join(want, " ") {
+			t.Errorf("PageRuns(%+v) paged = %q in pages %v, want %q", q, got, sizes, strings.Join(want, " "))
+		}
+	}
+}
+
 // testPageRunsTies: runs that entered a listing in the same millisecond
 // are ordered by id, newest first meaning the greater id first, and a
 // cursor in the middle of them goes on after its own run.

@@ -79,6 +79,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"PageRunsCreatedInStatus", testPageRunsCreatedInStatus},
 		{"PageRunsPaging", testPageRunsPaging},
 		{"PageRunsTies", testPageRunsTies},
+		{"PageRunsAcrossTime", testPageRunsAcrossTime},
 		{"PageRunsLimit", testPageRunsLimit},
 		{"PageRunsInvalid", testPageRunsInvalid},
 		{"CountRuns", testCountRuns},

@@ -21,6 +21,22 @@ func SetAfterRecord(s *Store, fn func(ctx context.Context)) { s.afterRecord = fn
 func SetAfterTomb(s *Store, fn func(ctx context.Context)) { s.afterTomb = fn }
 func SetFinishAfter(s *Store, d time.Duration)            { s.finishAfter = d }
 
+// SetRefresh sets how often s writes again the directory keys of its
+// listings' paths to now (refreshAge).
+func SetRefresh(s *Store, d time.Duration) { s.refresh = d }
+
+// SetOnRead makes s pass fn the stream sequence of every message a
+// direct get of it reads.
+func SetOnRead(s *Store, fn func(seqs []uint64)) {
+	s.onRead = func(msgs []ixMsg) {
+		seqs := make([]uint64, len(msgs))
+		for i, m := range msgs {
+			seqs[i] = m.seq
+		}
+		fn(seqs)
+	}
+}
+
 // SweepNow makes s's next EndedBefore that finds fewer runs than its
 // limit sweep, however recent its last sweep.
 func SweepNow(s *Store) { s.swept.Store(0) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -164,17 +165,28 @@ func (l ixList) dirFilter(level int, b int64) string {
 	return l.prefix + ".d" + strconv.Itoa(level-1) + "." + itoa(b) + ".*"
 }
 
+// dirKey is the directory key naming child in bucket b at level (1 to
+// trieTop), or in the root (level trieTop+1).
+func (l ixList) dirKey(level int, b, child int64) string {
+	if level > trieTop {
+		return l.prefix + ".r." + itoa(child)
+	}
+	return l.prefix + ".d" + strconv.Itoa(level-1) + "." + itoa(b) + "." + itoa(child)
+}
+
 // entry is the key of run id's entry at ms with nonce n in the time
 // listing l, and the directory keys that lead to it, the root's first:
 // one per level, from the root's entry for ms's top bucket down to the
 // leaf's in its directory.
 func (l ixList) entry(ms int64, id, n string) (key string, dirs []string) {
-	b := func(k int) string { return itoa(bucket(ms, k)) }
-	dirs = append(dirs, l.prefix+".r."+b(trieTop))
-	for k := trieTop; k > 0; k-- {
-		dirs = append(dirs, l.prefix+".d"+strconv.Itoa(k-1)+"."+b(k)+"."+b(k-1))
+	for k := trieTop + 1; k > 0; k-- {
+		var b int64
+		if k <= trieTop {
+			b = bucket(ms, k)
+		}
+		dirs = append(dirs, l.dirKey(k, b, bucket(ms, k-1)))
 	}
-	return l.prefix + ".e." + b(0) + "." + itoa(ms) + "." + id + "." + n, dirs
+	return l.prefix + ".e." + itoa(bucket(ms, 0)) + "." + itoa(ms) + "." + id + "." + n, dirs
 }
 
 func liveKey(st checkpoint.Status, wf string, ms int64, id, n string) string {
@@ -294,7 +306,9 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 		ix = ixState{At: entered(next), N: n, C: n}
 		w.counts = endedDeltas("", false, next.Status, wfToken(next.Workflow), "")
 	}
-	ended := time.Now().Add(-rewriteAge).UnixMilli()
+	now := time.Now()
+	ended := now.Add(-rewriteAge).UnixMilli()
+	stale := now.Add(-s.refresh).UnixMilli()
 	add := func(entries, dirs []string, ms int64) {
 		w.own = append(w.own, entries...)
 		for i, d := range dirs {
@@ -302,10 +316,14 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 			// names a node of level k, which a walk may remove as empty
 			// once its time ended (trieSource).
 			k := trieTop - i%(trieTop+1)
+			since := int64(math.MinInt64)
+			if k >= wholeBelow {
+				since = stale
+			}
 			switch {
 			case (bucket(ms, k)+1)<<trieShift[k] <= ended:
 				w.late = append(w.late, d)
-			case !s.known.has(d):
+			case !s.known.has(d, since):
 				w.dirs = append(w.dirs, d)
 			}
 		}
@@ -317,7 +335,7 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 		ms := next.CreatedAt.UnixMilli()
 		entries, dirs := creationEntries(wf, ms, next.ID, ix.C)
 		add(entries, dirs, ms)
-		if wf != noWorkflow && !s.known.has(nameKey(wf)) {
+		if wf != noWorkflow && !s.known.has(nameKey(wf), math.MinInt64) {
 			w.dirs = append(w.dirs, nameKey(wf))
 		}
 	}
@@ -325,6 +343,14 @@ func (s *Store) plan(b *base, next checkpoint.Run) ixWrite {
 	w.puts = append(append(w.puts, w.own...), w.dirs...)
 	return w
 }
+
+// refreshAge is how often a process writes again a directory key it
+// wrote that names a node of level wholeBelow or above (70 minutes and
+// more) whose time has not ended: the first read of a newest-first walk
+// reads such a key on the path to now (trieSource.readAhead), and a
+// key written again lies in the stream's newest block, which the server
+// holds in memory, instead of one written up to 199 days ago.
+const refreshAge = time.Minute
 
 // entered is when run took its status, in unix ms: the write's
 // UpdatedAt, now when it has none.
@@ -340,8 +366,9 @@ func entered(run checkpoint.Run) int64 {
 // removes a directory only once its time ended, and plan writes those
 // again whatever it remembers).
 func (s *Store) wrote(w ixWrite) {
+	now := time.Now().UnixMilli()
 	for _, k := range w.dirs {
-		s.known.add(k)
+		s.known.add(k, now)
 	}
 }
 
@@ -473,27 +500,29 @@ func parallel(n int, fn func(i int) error) error {
 }
 
 // keyCache remembers keys this process stored that no write removes
-// (directories, workflow names), so that it writes them once. It forgets
-// everything when full: writing a key again is harmless.
+// (directories, workflow names), and when (unix ms), so that it writes
+// them once, or once in a while. It forgets everything when full:
+// writing a key again is harmless.
 type keyCache struct {
 	mu   sync.Mutex
-	keys map[string]struct{}
+	keys map[string]int64
 }
 
 const keyCacheSize = 1 << 14
 
-func (c *keyCache) has(k string) bool {
+// has says whether this process stored k at since (unix ms) or after.
+func (c *keyCache) has(k string, since int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.keys[k]
-	return ok
+	at, ok := c.keys[k]
+	return ok && at >= since
 }
 
-func (c *keyCache) add(k string) {
+func (c *keyCache) add(k string, at int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.keys == nil || len(c.keys) >= keyCacheSize {
-		c.keys = map[string]struct{}{}
+		c.keys = map[string]int64{}
 	}
-	c.keys[k] = struct{}{}
+	c.keys[k] = at
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -296,5 +298,133 @@ func TestIndexNamesCollide(t *testing.T) {
 	}
 	if wfs, err := s.Workflows(ctx); err != nil || len(wfs) != 0 {
 		t.Fatalf("Workflows = %+v, %v; want none registered", wfs, err)
+	}
+}
+
+// TestPathToNowWrittenAgain: a process writes the directory keys naming
+// the nodes of 70 minutes and more on the path to now again once they are
+// refreshAge old, so that the first read of a first page finds them in
+// the stream's newest block, and not before.
+func TestPathToNowWrittenAgain(t *testing.T) {
+	js := connect(t)
+	s, bucket := newStore(t, js)
+	ctx := testCtx(t)
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(id string) {
+		t.Helper()
+		now := time.Now()
+		if _, err := s.CreateRun(ctx, checkpoint.Run{ID: id, Workflow: "path", Version: 1, Status: checkpoint.StatusRunning, Step: 1, StepName: "s1", CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The root's key for the 199-day node of now, in the listing of the
+	// workflow (the key a first page reads first).
+	key := func() string {
+		return fmt.Sprintf("run.=ix.w.path.r.%d", time.Now().UnixMilli()>>34)
+	}
+	revision := func() uint64 {
+		t.Helper()
+		e, err := kv.Get(ctx, key())
+		if err != nil {
+			t.Fatalf("get %s: %v", key(), err)
+		}
+		return e.Revision()
+	}
+	create("p1")
+	first := revision()
+	create("p2")
+	if got := revision(); got != first {
+		t.Errorf("%s written again by the next write at revision %d (first %d): want once a refreshAge", key(), got, first)
+	}
+	kvstore.SetRefresh(s, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	create("p3")
+	if got := revision(); got <= first {
+		t.Errorf("%s still at revision %d after refreshAge: want it written again", key(), got)
+	}
+}
+
+// TestFirstPageReadsAfterTheHistory: the first page of a listing whose
+// newest runs were written after a history of ended runs reads nothing
+// the history's writes precede: no directory key written while the
+// history was (a node of 70 minutes or more has children from all over
+// it), no key of the path to now written before it. What a read costs
+// the server is a load of each stream block it touches, so a first page
+// that reads keys from all over the stream costs what the history does.
+func TestFirstPageReadsAfterTheHistory(t *testing.T) {
+	js := connect(t)
+	s, bucket := newStore(t, js)
+	ctx := testCtx(t)
+	live := time.Now()
+	runAt := func(id string, st checkpoint.Status, at time.Time) checkpoint.Run {
+		return checkpoint.Run{ID: id, Workflow: "claim", Version: 1, Status: st, Step: 1, StepName: "s1", CreatedAt: at, UpdatedAt: at}
+	}
+	// Runs still running, ten minutes old (the page's directories of
+	// nodes shorter than 70 minutes hold what the last minutes wrote).
+	for i := range 20 {
+		if _, err := s.CreateRun(ctx, runAt(fmt.Sprintf("old-%d", i), checkpoint.StatusRunning, live.Add(-10*time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The history: ended runs created over the month before, oldest first,
+	// as a fleet writes them.
+	const ended, span = 3000, 30 * 24 * time.Hour
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < ended; i = next.Add(1) - 1 {
+				at := live.Add(-span - 10*time.Minute + time.Duration(i)*(span/ended))
+				if _, err := s.CreateRun(ctx, runAt(fmt.Sprintf("end-%d", i), checkpoint.StatusCompleted, at)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	history := info.State.LastSeq
+	// New runs, written once the path's keys are due to be written again
+	// (a live status is listed from the live runs' entries, not a trie).
+	kvstore.SetRefresh(s, time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	for i := range 60 {
+		if _, err := s.CreateRun(ctx, runAt(fmt.Sprintf("new-%02d", i), checkpoint.StatusCompleted, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, q := range []checkpoint.PageQuery{
+		{Limit: 50}, {Workflow: "claim", Limit: 50}, {Status: checkpoint.StatusCompleted, Limit: 50},
+	} {
+		var old []uint64
+		kvstore.SetOnRead(s, func(seqs []uint64) {
+			for _, seq := range seqs {
+				if seq <= history {
+					old = append(old, seq)
+				}
+			}
+		})
+		p, err := s.PageRuns(ctx, q)
+		kvstore.SetOnRead(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Runs) != 50 || p.Runs[0].ID != "new-59" || p.Runs[49].ID != "new-10" {
+			t.Fatalf("PageRuns(%+v) = %d runs from %s: want new-59 to new-10", q, len(p.Runs), p.Runs[0].ID)
+		}
+		if len(old) > 0 {
+			t.Errorf("PageRuns(%+v) read %d messages written before the history ended (sequence %d): %v", q, len(old), history, old)
+		}
 	}
 }

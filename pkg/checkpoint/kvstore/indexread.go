@@ -72,6 +72,14 @@ const readBatch = 10000
 // synchronous subscription allocates a channel of 65,536 messages, which
 // costs more than the read.
 func (s *Store) directRead(ctx context.Context, req any) ([]ixMsg, nats.Header, error) {
+	msgs, eob, err := s.directReadOnce(ctx, req)
+	if s.onRead != nil && err == nil {
+		s.onRead(msgs)
+	}
+	return msgs, eob, err
+}
+
+func (s *Store) directReadOnce(ctx context.Context, req any) ([]ixMsg, nats.Header, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, nil, err

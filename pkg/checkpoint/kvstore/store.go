@@ -123,6 +123,10 @@ type Store struct {
 	// (tests).
 	afterTomb   func(ctx context.Context)
 	finishAfter time.Duration
+	// refresh replaces refreshAge; onRead, when set, is given what each
+	// direct get read (tests).
+	refresh time.Duration
+	onRead  func([]ixMsg)
 	// loseCounts, when set (by tests), drops the writes of the counts'
 	// shard, as a crash right after each record write would.
 	loseCounts bool
@@ -159,6 +163,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, err
 		msgGet:      api + "STREAM.MSG.GET.KV_" + opts.Bucket,
 		purgeAPI:    api + "STREAM.PURGE.KV_" + opts.Bucket,
 		finishAfter: finishAfter,
+		refresh:     refreshAge,
 		putPrefix:   subjects,
 		subjects:    subjects,
 	}

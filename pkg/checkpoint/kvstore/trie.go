@@ -17,10 +17,19 @@ import (
 // a cursor, or oldest first (EndedBefore), up to a bound. It reads the
 // children of each directory it enters, then a group of leaves at once,
 // as many as the page still needs at the density seen so far. Newest
-// first, its first read takes every directory on the path to the cursor
-// (or, for a first page, to now) in one multi_last: where the listing
-// has entries there, as an active listing does, the walk down needs no
-// other directory read.
+// first, its first read takes the path to the cursor (or, for a first
+// page, to now) in one multi_last: where the listing has entries there,
+// as an active listing does, the walk down needs no other directory
+// read. On that path it reads the directories of the young nodes (a
+// level-2 node spans 65 s) whole, and of the older ones only the key
+// naming the child on the path (and, to now, the next one): the other
+// children of a node that spans 70 minutes or more were written all over
+// the stream in that time, and a read of a key costs a load of the
+// stream block that holds it (the server's block cache lasts 10 s). A
+// directory read so is read whole only when the walk goes past the path
+// (readRest). The walk to now takes entries stamped up to one sibling
+// ahead of now (a writer's clock that runs ahead) in their order; one
+// stamped further ahead comes after the path's entries.
 //
 // Directories are never removed by the writes of entries, so a listing
 // whose old entries went (purged runs) would keep a trie of empty
@@ -49,9 +58,11 @@ type trieSource struct {
 	bounded bool
 	stack   []trieFrame
 	started bool
-	// dirs holds the children read ahead, by directory.
-	dirs map[trieNode][]trieChild
-	buf  []ixEntry
+	// dirs holds the children read ahead, by directory; pathOnly the
+	// directories of which only the children on the path were read.
+	dirs     map[trieNode][]trieChild
+	pathOnly map[trieNode]bool
+	buf      []ixEntry
 	// leaves and entries read so far, and the last group of leaves, for
 	// the size of the next group.
 	leaves, entries, group int
@@ -123,6 +134,9 @@ type trieFrame struct {
 	// whole: bs holds every child of node; held: a child read holds an
 	// entry, or was not read whole, or is too young to remove.
 	whole, held bool
+	// rest: bs holds only the children on the path, read ahead; the
+	// others are read once the walk has taken those (readRest).
+	rest bool
 }
 
 func (s *Store) source(l ixList, after checkpoint.Cursor) entrySource {
@@ -173,6 +187,12 @@ func (t *trieSource) next(ctx context.Context, n int) ([]ixEntry, error) {
 			break
 		}
 		f := &t.stack[len(t.stack)-1]
+		if f.i == len(f.bs) && f.rest {
+			if err := t.readRest(ctx, f); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if f.i == len(f.bs) {
 			t.pop()
 			continue
@@ -220,24 +240,42 @@ func (t *trieSource) prune(names []dirName) {
 	}
 }
 
-// readAhead reads the children of every directory on the path to the
-// cursor, or to now, in one read.
+// wholeBelow is the level of the youngest node whose directory the
+// first read of a newest-first walk does not read whole (see trieSource):
+// a level-3 node spans 70 minutes.
+const wholeBelow = 3
+
+// readAhead reads the path to the cursor, or to now, in one read: the
+// directories of the nodes on it below wholeBelow whole, and in the
+// others the keys naming the child on the path and, to now, the next.
 func (t *trieSource) readAhead(ctx context.Context) error {
 	ms := time.Now().UnixMilli()
 	if !t.after.IsZero() {
 		ms = t.after.At.UnixMilli()
 	}
-	filters := []string{t.l.dirFilter(trieTop+1, 0)}
-	for k := trieTop; k > 0; k-- {
-		filters = append(filters, t.l.dirFilter(k, bucket(ms, k)))
+	t.dirs = map[trieNode][]trieChild{}
+	t.pathOnly = map[trieNode]bool{}
+	var filters []string
+	for k := trieTop + 1; k > 0; k-- {
+		node := trieNode{level: k}
+		if k <= trieTop {
+			node.b = bucket(ms, k)
+		}
+		t.dirs[node] = nil // read: no child is an answer too
+		if k < wholeBelow {
+			filters = append(filters, t.l.dirFilter(k, node.b))
+			continue
+		}
+		t.pathOnly[node] = true
+		child := bucket(ms, k-1)
+		filters = append(filters, t.l.dirKey(k, node.b, child))
+		if !t.bounded {
+			filters = append(filters, t.l.dirKey(k, node.b, child+1))
+		}
 	}
 	msgs, err := t.s.readLast(ctx, filters)
 	if err != nil {
 		return err
-	}
-	t.dirs = map[trieNode][]trieChild{}
-	for _, f := range filters {
-		t.dirs[t.nodeOf(f)] = nil // read: no child is an answer too
 	}
 	for _, m := range msgs {
 		if node, child, ok := t.l.parseDir(m); ok {
@@ -247,10 +285,41 @@ func (t *trieSource) readAhead(ctx context.Context) error {
 	return nil
 }
 
-// nodeOf is the directory whose children filter (a dirFilter) matches.
-func (t *trieSource) nodeOf(filter string) trieNode {
-	node, _, _ := t.l.parseDir(ixMsg{key: strings.TrimSuffix(filter, "*") + "0"})
-	return node
+// readRest reads the directory of f, of which only the children on the
+// path were read ahead, and goes on with the others, newest first.
+func (t *trieSource) readRest(ctx context.Context, f *trieFrame) error {
+	children, err := t.children(ctx, f.node)
+	if err != nil {
+		return err
+	}
+	walked := f.bs
+	f.bs, f.i, f.rest, f.whole = nil, 0, false, true
+	for _, c := range children {
+		switch {
+		case slices.ContainsFunc(walked, func(w trieChild) bool { return w.b == c.b }):
+		case f.onPath && c.b > t.path[f.level]:
+			f.whole = false
+		default:
+			f.bs = append(f.bs, c)
+		}
+	}
+	slices.SortFunc(f.bs, func(a, b trieChild) int { return cmp.Compare(b.b, a.b) })
+	return nil
+}
+
+// children reads the children of node.
+func (t *trieSource) children(ctx context.Context, node trieNode) ([]trieChild, error) {
+	msgs, err := t.s.readLast(ctx, []string{t.l.dirFilter(node.level, node.b)})
+	if err != nil {
+		return nil, err
+	}
+	var children []trieChild
+	for _, m := range msgs {
+		if _, child, ok := t.l.parseDir(m); ok {
+			children = addChild(children, child, m)
+		}
+	}
+	return children, nil
 }
 
 // parseDir reads a directory key of l: the directory and the child it
@@ -295,17 +364,13 @@ func addChild(children []trieChild, b int64, m ixMsg) []trieChild {
 func (t *trieSource) enter(ctx context.Context, node trieNode, names []dirName, onPath bool) error {
 	children, ok := t.dirs[node]
 	if !ok {
-		msgs, err := t.s.readLast(ctx, []string{t.l.dirFilter(node.level, node.b)})
-		if err != nil {
+		var err error
+		if children, err = t.children(ctx, node); err != nil {
 			return err
 		}
-		for _, m := range msgs {
-			if _, child, ok := t.l.parseDir(m); ok {
-				children = addChild(children, child, m)
-			}
-		}
 	}
-	f := trieFrame{level: node.level - 1, onPath: onPath, node: node, names: names, whole: true}
+	rest := ok && t.pathOnly[node]
+	f := trieFrame{level: node.level - 1, onPath: onPath, node: node, names: names, whole: !rest, rest: rest}
 	for _, c := range children {
 		if onPath && c.b > t.path[node.level-1] {
 			f.whole = false
