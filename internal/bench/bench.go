@@ -176,14 +176,17 @@ func (c *Config) settle() error {
 // Bench is a bench's servers and driver, ready to measure systems: Run
 // uses it, and so do the Go benchmarks. Close stops everything.
 type Bench struct {
-	cfg      Config
-	dir      string
-	rmDir    bool
-	srv      *Servers
-	nc       *nats.Conn // the driver's: starts runs, verifies them
-	js       jetstream.JetStream
-	watchNC  *nats.Conn // the ack watchers'
-	rdb      *redis.Client
+	cfg     Config
+	dir     string
+	rmDir   bool
+	srv     *Servers
+	nc      *nats.Conn // the driver's: starts runs, verifies them
+	js      jetstream.JetStream
+	watchNC *nats.Conn // the ack watchers'
+	rdb     *redis.Client
+	// twin holds the servers of the history phase's twin store, started
+	// by its first use.
+	twin     *benchTwin
 	systems  []*system
 	progress *progress
 	report   Report
@@ -271,6 +274,7 @@ func (b *Bench) Systems() []string {
 // Close disconnects and stops the servers, and removes the temporary
 // directory it made.
 func (b *Bench) Close() {
+	b.twin.close()
 	if b.rdb != nil {
 		_ = b.rdb.Close()
 	}

@@ -59,7 +59,7 @@ func (b *Bench) newHistoryInstruments(name string, s *historyStore) (*historyIns
 	}
 	nop := zerolog.Nop()
 	m := metrics.New()
-	if in.fleet, err = m.NewFleet(metrics.FleetConfig{Store: s.store, JetStream: b.js, Logger: &nop}); err != nil {
+	if in.fleet, err = m.NewFleet(metrics.FleetConfig{Store: s.store, JetStream: s.js, Logger: &nop}); err != nil {
 		return in, err
 	}
 	in.scrape = m.Handler()

@@ -13,6 +13,9 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 )
 
 // historyTwinName is the twin store's name: its Redis key prefix, or its
@@ -25,8 +28,8 @@ type historyPhase struct {
 	sys   *system
 	label string
 	res   *HistoryResult
-	// main is the store that gets the ended runs; twin a store beside it
-	// on the same servers with the same live work and no history, measured
+	// main is the store that gets the ended runs; twin a store on
+	// servers of its own with the same live work and no history, measured
 	// in the same rounds (see HistoryResult.Twin).
 	main, twin *historyStore
 	// tmpl is the real claims-9 run every ended run copies.
@@ -48,13 +51,15 @@ type historyPhase struct {
 // instruments measuring it.
 type historyStore struct {
 	// name is the store's key prefix or bucket, "" for the default;
-	// ids is what its run ids start with (the two stores share the step
-	// stream, whose deduplication must not take one's message for the
-	// other's).
+	// ids is what its run ids start with (the two stores' runs are told
+	// apart in logs and reports).
 	name, ids string
 	cl        *client.Client
 	store     checkpoint.Store
-	inst      *historyInstruments
+	// js and the URLs reach the store's servers: the twin has its own.
+	js                jetstream.JetStream
+	natsURL, redisURL string
+	inst              *historyInstruments
 	// probes counts the runs started to measure Start.
 	probes int
 	// stepper: a worker runs the store's bench-linear steps (the
@@ -73,8 +78,13 @@ func (s *historyStore) id(kind string, i int) string { return runID(s.ids+kind, 
 
 func (b *Bench) newHistoryPhase(ctx context.Context, sys *system, res *HistoryResult) (*historyPhase, error) {
 	h := &historyPhase{b: b, sys: sys, label: sys.name + " history", res: res,
-		main: &historyStore{ids: sys.name + "-h", cl: sys.client, store: sys.client.Store()}}
-	twin := &historyStore{name: historyTwinName, ids: sys.name + "-t"}
+		main: &historyStore{ids: sys.name + "-h", cl: sys.client, store: sys.client.Store(),
+			js: b.js, natsURL: b.srv.NATSURL, redisURL: sys.redisURL}}
+	tw, err := b.twinServers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	twin := &historyStore{name: historyTwinName, ids: sys.name + "-t", js: tw.js, natsURL: tw.srv.NATSURL}
 	h.rounds, h.main.waiting = historyRounds, HistoryWaitingRuns
 	if b.cfg.HistoryRounds > 0 {
 		h.rounds = b.cfg.HistoryRounds
@@ -85,10 +95,11 @@ func (b *Bench) newHistoryPhase(ctx context.Context, sys *system, res *HistoryRe
 	twin.waiting, res.WaitingRuns, res.Rounds = h.main.waiting, h.main.waiting, h.rounds
 	switch sys.name {
 	case SystemDurableRedis:
-		twin.store = redisstore.New(b.rdb, redisstore.Options{Prefix: historyTwinName})
+		twin.store = redisstore.New(tw.rdb, redisstore.Options{Prefix: historyTwinName})
+		twin.redisURL = tw.srv.RedisURL
 		h.storeBytes, h.footprint, h.settle = b.redisUsedMemory, b.redisFootprint, b.redisQuiet
 	case SystemDurableKV:
-		kv, err := kvstore.New(ctx, b.js, kvstore.Options{Bucket: historyTwinName})
+		kv, err := kvstore.New(ctx, tw.js, kvstore.Options{Bucket: historyTwinName})
 		if err != nil {
 			return nil, fmt.Errorf("open the twin KV store: %w", err)
 		}
@@ -101,7 +112,7 @@ func (b *Bench) newHistoryPhase(ctx context.Context, sys *system, res *HistoryRe
 	default:
 		return nil, fmt.Errorf("history phase: no store measures for %s", sys.name)
 	}
-	twin.cl = client.New(b.js, twin.store)
+	twin.cl = client.New(tw.js, twin.store)
 	h.twin = twin
 	return h, nil
 }
@@ -119,10 +130,11 @@ func (h *historyPhase) setUp(ctx context.Context) error {
 	}
 	h.liveSince = time.Now()
 	for _, s := range []*historyStore{h.main, h.twin} {
-		if err := h.startRunning(ctx, s); err != nil {
+		// The park worker makes the streams on the twin's servers.
+		if err := h.parkWaiting(ctx, s); err != nil {
 			return err
 		}
-		if err := h.parkWaiting(ctx, s); err != nil {
+		if err := h.startRunning(ctx, s); err != nil {
 			return err
 		}
 		inst, err := h.b.newHistoryInstruments(h.sys.name+"-"+cmpOr(s.name, "main"), s)
@@ -216,7 +228,7 @@ func (h *historyPhase) startWorker(ctx context.Context, s *historyStore, workloa
 	if s.name != "" {
 		extra = append(extra, "--store-name", s.name)
 	}
-	args := workerArgs(ModeDurable, h.b.srv.NATSURL, h.sys.redisURL, h.b.cfg.Concurrency, h.b.cfg.WorkerLogLevel, "", extra...)
+	args := workerArgs(ModeDurable, s.natsURL, s.redisURL, h.b.cfg.Concurrency, h.b.cfg.WorkerLogLevel, "", extra...)
 	log := filepath.Join(h.b.dir, fmt.Sprintf("worker-%s-history-%s-%s.log", h.sys.name, cmpOr(s.name, "main"), workload))
 	wp, err := startWorker(ctx, h.b.cfg.WorkerCommand, args, log)
 	if err != nil {
@@ -327,4 +339,57 @@ func awaitWaiting(ctx context.Context, store checkpoint.Store, id string, within
 			return err
 		}
 	}
+}
+
+// benchTwin is the servers of the history phase's twin: a nats-server
+// and, when the bench has one, a redis-server of its own, so that the
+// twin measures what the same live work costs with no history anywhere
+// on its servers (a history grows the server's keyspace or stream, and
+// a twin beside it on the same servers would share that), at the same
+// moment as the store with the history.
+type benchTwin struct {
+	srv *Servers
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	rdb *redis.Client
+}
+
+// twinServers starts the twin's servers once, in the bench's directory.
+func (b *Bench) twinServers(ctx context.Context) (*benchTwin, error) {
+	if b.twin != nil {
+		return b.twin, nil
+	}
+	srv, err := StartServers(ctx, filepath.Join(b.dir, "twin"), b.srv.RedisURL != "", b.srv.strict)
+	if err != nil {
+		return nil, fmt.Errorf("start the twin's servers: %w", err)
+	}
+	tw := &benchTwin{srv: srv}
+	b.twin = tw
+	if tw.nc, err = nats.Connect(srv.NATSURL, nats.Name("durable-bench-twin")); err != nil {
+		return nil, err
+	}
+	if tw.js, err = jetstream.New(tw.nc); err != nil {
+		return nil, err
+	}
+	if srv.RedisURL != "" {
+		opt, err := redis.ParseURL(srv.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		tw.rdb = redis.NewClient(opt)
+	}
+	return tw, nil
+}
+
+func (tw *benchTwin) close() {
+	if tw == nil {
+		return
+	}
+	if tw.rdb != nil {
+		_ = tw.rdb.Close()
+	}
+	if tw.nc != nil {
+		tw.nc.Close()
+	}
+	tw.srv.Close()
 }
