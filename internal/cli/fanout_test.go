@@ -55,11 +55,13 @@ func TestFanOutThroughCLI(t *testing.T) {
 
 		// Out of range, refused when started: no run.
 		for _, tc := range []struct{ input, want string }{
-			{`{"branches": 1001}`, "input.branches is 1001, want at most 1000"},
-			{`{"branches": 0}`, "input.branches is 0, want at least 1"},
-			{`{"branches": 2.5}`, "want a whole number"},
-			{`{"branches": "8"}`, "input.branches must be a number"},
-			{`{"branch": 8}`, "input.branch is not a field of the input (its fields: branches)"},
+			{`{"branches": 1001}`, "/branches: maximum: got 1,001, want 1,000"},
+			{`{"branches": 0}`, "/branches: minimum: got 0, want 1"},
+			{`{"branches": 2.5}`, "/branches: got number, want integer"},
+			{`{"branches": "8"}`, "/branches: got string, want integer"},
+			{`{"branch": 8}`, "(root): additional properties 'branch' not allowed"},
+			// Every violation, each by its pointer.
+			{`{"branches": 0, "branch": 8}`, "(root): additional properties 'branch' not allowed; /branches: minimum: got 0, want 1"},
 		} {
 			r := e.mustCLI(2, "start", "fanout", "--id", "fanout-big", "--input", tc.input)
 			if !strings.Contains(r.stderr, tc.want) {

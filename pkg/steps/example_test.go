@@ -356,3 +356,31 @@ func ExampleWorkflow_SignalFrom() {
 	fmt.Println(wf.Validate(), wf.SignalNames(), wf.SignalGroups("delivered"), wf.SignalGroups("cancel") == nil)
 	// Output: <nil> [delivered cancel] [carriers] true
 }
+
+func ExampleWorkflow_InputSchema() {
+	type Research struct {
+		Sources []string `json:"sources"`
+	}
+	fetch := func(_ context.Context, _ *steps.Context, st Research) (steps.Outcome[Research], error) {
+		return steps.Complete(st), nil
+	}
+	wf := steps.New[Research]("research", 1).
+		InputSchema(`{"type": "object", "required": ["sources"], "properties": {
+			"sources": {"type": "array", "minItems": 1, "items": {"type": "string", "format": "uri"}}}}`).
+		Step("fetch", fetch)
+	fmt.Println(wf.Validate())
+	// What `durable start research --input ...` checks before it creates a run.
+	fmt.Println(steps.CheckInput(wf.Schema(), json.RawMessage(`{"sources": ["https://a.example/x"]}`)))
+	fmt.Println(steps.CheckInput(wf.Schema(), json.RawMessage(`{"sources": [1, "a.example"]}`)))
+
+	// A keyword that would be ignored is a definition error.
+	typo := steps.New[Research]("research", 1).
+		InputSchema(`{"type": "object", "properties": {"sources": {"type": "array", "minLength": 1}}}`).
+		Step("fetch", fetch)
+	fmt.Println(typo.Validate())
+	// Output:
+	// <nil>
+	// <nil>
+	// input does not match the workflow's input schema: /sources/0: got number, want string; /sources/1: 'a.example' is not valid uri: relative url
+	// workflow research: input schema: /properties/sources/minLength: minLength applies to string values only, and type is array
+}

@@ -5,27 +5,43 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
-// InputSchema declares what a run's input must be: a JSON Schema in a
-// small subset (type object, integer, number, string, boolean, array;
-// properties, required, additionalProperties false, minimum, maximum,
-// minLength, maxLength, enum). Workers register it with the workflow, and
-// `durable start` (client.Start) refuses an input that does not match,
-// with the reason and no run created, instead of a run that fails at its
-// first step. A schema outside the subset is a definition error: a
-// keyword that would be ignored would let bad input through.
+// InputSchema declares what a run's input must be: a JSON Schema, draft
+// 2020-12 unless its "$schema" names another draft (4, 6, 7, 2019-09).
+// Every keyword of the draft is enforced, "format" included (the content
+// keywords stay annotations); "$ref" may point anywhere inside the schema
+// ("#/$defs/name") but not outside it: no file or URL is ever loaded.
+// Workers register the schema with the workflow, and `durable start`
+// (client.Start) refuses an input that does not match, listing each
+// violation, with no run created, instead of a run that fails at its
+// first step.
+//
+// A schema that does not compile is a definition error, and so is a
+// keyword that would be ignored: an unknown one (a typo such as
+// "minLenght"), one the draft does not have, one that applies only to a
+// type the subschema's "type" excludes ("minLength" under "type":
+// "array"), or a format the validator does not know. An ignored keyword
+// would let bad input through. The error names each by its JSON pointer.
 func (w *Workflow[S]) InputSchema(schema string) *Workflow[S] {
-	if err := checkSchema(json.RawMessage(schema)); err != nil {
+	var buf bytes.Buffer
+	err := json.Compact(&buf, []byte(schema))
+	if err == nil {
+		err = checkSchema(buf.Bytes())
+	}
+	if err != nil {
 		w.errs = append(w.errs, fmt.Errorf("workflow %s: input schema: %w", w.name, err))
 		return w
 	}
-	var buf bytes.Buffer
-	_ = json.Compact(&buf, []byte(schema))
 	w.schema = buf.Bytes()
 	return w
 }
@@ -33,181 +49,176 @@ func (w *Workflow[S]) InputSchema(schema string) *Workflow[S] {
 // Schema returns the input schema the workflow declared, or nil.
 func (w *Workflow[S]) Schema() json.RawMessage { return w.schema }
 
-// schema is the supported subset of JSON Schema.
-type schema struct {
-	Type                 string             `json:"type,omitempty"`
-	Properties           map[string]*schema `json:"properties,omitempty"`
-	Required             []string           `json:"required,omitempty"`
-	AdditionalProperties *bool              `json:"additionalProperties,omitempty"`
-	Minimum              *float64           `json:"minimum,omitempty"`
-	Maximum              *float64           `json:"maximum,omitempty"`
-	MinLength            *int               `json:"minLength,omitempty"`
-	MaxLength            *int               `json:"maxLength,omitempty"`
-	Enum                 []json.RawMessage  `json:"enum,omitempty"`
-	Description          string             `json:"description,omitempty"`
-}
-
-func parseSchema(raw json.RawMessage) (*schema, error) {
-	var s schema
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("%w (supported: type, properties, required, additionalProperties, minimum, maximum, minLength, maxLength, enum, description)", err)
+// checkSchema compiles raw and refuses the keywords it would ignore.
+func checkSchema(raw []byte) error {
+	if _, err := compileSchema(raw); err != nil {
+		return err
 	}
-	return &s, nil
-}
-
-func checkSchema(raw json.RawMessage) error {
-	s, err := parseSchema(raw)
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
 	if err != nil {
 		return err
 	}
-	return s.check("input")
-}
-
-func (s *schema) check(at string) error {
-	switch s.Type {
-	case "object", "integer", "number", "string", "boolean", "array", "":
-	default:
-		return fmt.Errorf("%s: type %q: want object, integer, number, string, boolean or array", at, s.Type)
-	}
-	for name, p := range s.Properties {
-		if p == nil {
-			return fmt.Errorf("%s.%s: empty schema", at, name)
-		}
-		if err := p.check(at + "." + name); err != nil {
-			return err
-		}
-	}
-	for _, r := range s.Required {
-		if _, ok := s.Properties[r]; !ok {
-			return fmt.Errorf("%s: required %q is not among the properties", at, r)
-		}
-	}
-	return nil
+	return ignoredKeywords(doc)
 }
 
 // ErrInputSchema: a run input does not match its workflow's input schema.
 var ErrInputSchema = errors.New("input does not match the workflow's input schema")
 
 // CheckInput reports how input does not match schema (nil schema: any
-// input matches). The client calls it when a run starts.
+// input matches): an error wrapping ErrInputSchema that lists every
+// violation by the JSON pointer of the offending value, such as
+// "/sources/0: got number, want string". The client calls it when a run
+// starts, with the schema the workflow's workers registered.
 func CheckInput(schemaJSON, input json.RawMessage) error {
 	if len(schemaJSON) == 0 {
 		return nil
 	}
-	s, err := parseSchema(schemaJSON)
+	sch, err := compileSchema(schemaJSON)
 	if err != nil {
 		return fmt.Errorf("the workflow's input schema: %w", err)
 	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(input))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInputSchema, err)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(input))
+	if err != nil {
+		return fmt.Errorf("%w: input is not JSON: %v", ErrInputSchema, err)
 	}
-	if why := s.mismatch("input", v); why != "" {
-		return fmt.Errorf("%w: %s", ErrInputSchema, why)
+	err = sch.Validate(v)
+	var verr *jsonschema.ValidationError
+	if errors.As(err, &verr) {
+		return fmt.Errorf("%w: %s", ErrInputSchema, strings.Join(violations(verr), "; "))
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInputSchema, err)
 	}
 	return nil
 }
 
-// mismatch says how v does not match s at path, "" when it does.
-func (s *schema) mismatch(at string, v any) string {
-	if len(s.Enum) > 0 {
-		enc, _ := json.Marshal(v)
-		if !slices.ContainsFunc(s.Enum, func(e json.RawMessage) bool { return jsonSame(e, enc) }) {
-			return fmt.Sprintf("%s is %s, want one of %s", at, enc, joinRaw(s.Enum))
-		}
-	}
-	switch s.Type {
-	case "object":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Sprintf("%s must be an object", at)
-		}
-		return s.objectMismatch(at, m)
-	case "integer", "number":
-		n, ok := v.(json.Number)
-		if !ok {
-			return fmt.Sprintf("%s must be a number", at)
-		}
-		f, err := n.Float64()
-		if err != nil {
-			return fmt.Sprintf("%s: %v", at, err)
-		}
-		if s.Type == "integer" && f != math.Trunc(f) {
-			return fmt.Sprintf("%s is %s, want a whole number", at, n)
-		}
-		if s.Minimum != nil && f < *s.Minimum {
-			return fmt.Sprintf("%s is %s, want at least %v", at, n, *s.Minimum)
-		}
-		if s.Maximum != nil && f > *s.Maximum {
-			return fmt.Sprintf("%s is %s, want at most %v", at, n, *s.Maximum)
-		}
-	case "string":
-		str, ok := v.(string)
-		if !ok {
-			return fmt.Sprintf("%s must be a string", at)
-		}
-		if s.MinLength != nil && len([]rune(str)) < *s.MinLength {
-			return fmt.Sprintf("%s must be at least %d characters", at, *s.MinLength)
-		}
-		if s.MaxLength != nil && len([]rune(str)) > *s.MaxLength {
-			return fmt.Sprintf("%s must be at most %d characters", at, *s.MaxLength)
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return fmt.Sprintf("%s must be true or false", at)
-		}
-	case "array":
-		if _, ok := v.([]any); !ok {
-			return fmt.Sprintf("%s must be an array", at)
-		}
-	}
-	return ""
+// schemaURL names the schema being compiled. Relative references resolve
+// against it to URLs the loader refuses.
+const schemaURL = "mem:///input-schema.json"
+
+// refuseLoader is the compiler's loader: a schema refers only within
+// itself, so a start never waits on (or trusts) the network or a file.
+type refuseLoader struct{}
+
+func (refuseLoader) Load(string) (any, error) {
+	return nil, errors.New("a reference outside the schema is not supported: put the subschema under $defs and refer to it as #/$defs/NAME")
 }
 
-func (s *schema) objectMismatch(at string, m map[string]any) string {
-	for _, r := range s.Required {
-		if _, ok := m[r]; !ok {
-			return fmt.Sprintf("%s.%s is required", at, r)
+// compiled holds the schemas compiled so far, by their bytes, so a start
+// does not compile its workflow's schema again. Bounded: a fleet has a
+// few dozen workflow versions, not thousands.
+var compiled = struct {
+	sync.Mutex
+	m map[string]*jsonschema.Schema
+}{m: map[string]*jsonschema.Schema{}}
+
+const compiledMax = 256
+
+func compileSchema(raw []byte) (*jsonschema.Schema, error) {
+	key := string(raw)
+	compiled.Lock()
+	sch, ok := compiled.m[key]
+	compiled.Unlock()
+	if ok {
+		return sch, nil
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat()
+	c.UseLoader(refuseLoader{})
+	if err := c.AddResource(schemaURL, doc); err != nil {
+		return nil, err
+	}
+	if sch, err = c.Compile(schemaURL); err != nil {
+		return nil, err
+	}
+	compiled.Lock()
+	defer compiled.Unlock()
+	if len(compiled.m) >= compiledMax {
+		for k := range compiled.m {
+			delete(compiled.m, k)
+			break
 		}
 	}
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		p, ok := s.Properties[k]
-		if !ok {
-			if s.AdditionalProperties != nil && !*s.AdditionalProperties {
-				known := make([]string, 0, len(s.Properties))
-				for name := range s.Properties {
-					known = append(known, name)
-				}
-				sort.Strings(known)
-				return fmt.Sprintf("%s.%s is not a field of the input (its fields: %s)", at, k, strings.Join(known, ", "))
-			}
-			continue
-		}
-		if why := p.mismatch(at+"."+k, m[k]); why != "" {
-			return why
-		}
-	}
-	return ""
+	compiled.m[key] = sch
+	return sch, nil
 }
 
-func jsonSame(a, b []byte) bool {
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && fmt.Sprint(x) == fmt.Sprint(y)
+// printer words the library's messages, in English as its own Error does.
+var printer = message.NewPrinter(language.English)
+
+type violation struct {
+	at  []string // instance location, JSON pointer tokens
+	why string
 }
 
-func joinRaw(list []json.RawMessage) string {
-	parts := make([]string, len(list))
-	for i, r := range list {
-		parts[i] = string(r)
+// violations lists each failed keyword of e as "pointer: why", ordered by
+// pointer. The containers that only say "validation failed" are left out:
+// their causes say what.
+func violations(e *jsonschema.ValidationError) []string {
+	var all []violation
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 || !onlySaysFailed(e.ErrorKind) {
+			all = append(all, violation{e.InstanceLocation, e.ErrorKind.LocalizedString(printer)})
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
 	}
-	return strings.Join(parts, ", ")
+	walk(e)
+	slices.SortFunc(all, func(a, b violation) int {
+		if c := comparePointers(a.at, b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.why, b.why)
+	})
+	lines := make([]string, 0, len(all))
+	for _, v := range all {
+		lines = append(lines, pointer(v.at, "(root)")+": "+v.why)
+	}
+	return slices.Compact(lines)
+}
+
+// onlySaysFailed: k wraps other errors, saying only "validation failed".
+func onlySaysFailed(k jsonschema.ErrorKind) bool {
+	switch k.(type) {
+	case *kind.Schema, *kind.Group, *kind.Reference:
+		return true
+	}
+	return false
+}
+
+// comparePointers orders array indexes as numbers: /a/2 before /a/10.
+func comparePointers(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		x, xerr := strconv.Atoi(a[i])
+		y, yerr := strconv.Atoi(b[i])
+		c := strings.Compare(a[i], b[i])
+		if xerr == nil && yerr == nil {
+			c = x - y
+		}
+		if c != 0 {
+			return c
+		}
+	}
+	return len(a) - len(b)
+}
+
+// pointer writes tokens as a JSON pointer (RFC 6901), root for none.
+func pointer(tokens []string, root string) string {
+	if len(tokens) == 0 {
+		return root
+	}
+	var b strings.Builder
+	esc := strings.NewReplacer("~", "~0", "/", "~1")
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(esc.Replace(t))
+	}
+	return b.String()
 }
