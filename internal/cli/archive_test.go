@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,15 @@ func TestRunsShowArchivedAndExport(t *testing.T) {
 		}
 		if res := sch.Purge(ctx); res.Purged != 1 {
 			t.Fatalf("purge = %+v, want arch-old purged", res)
+		}
+
+		// The tombstone keeps the id taken: a start of it exits 3 saying
+		// the run was purged, and creates nothing.
+		if r := e.cli("start", "claim", "--id", "arch-old", "--input", `{"amount": 5}`); r.code != 3 || !strings.Contains(r.stderr, "purged") {
+			t.Errorf("start of the purged arch-old: want exit 3 saying it was purged, got %d: %s", r.code, r.stderr)
+		}
+		if _, err := e.store.GetRun(ctx, "arch-old"); !errors.Is(err, checkpoint.ErrPurged) {
+			t.Errorf("after a refused start, arch-old: %v, want still purged", err)
 		}
 
 		out := e.mustCLI(0, "runs", "show", "arch-old").stdout
