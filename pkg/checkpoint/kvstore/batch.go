@@ -157,14 +157,16 @@ func (s *Store) indexMsgs(w ixWrite) []*nats.Msg {
 var errNotBatched = &jetstream.APIError{Description: "batch stored message by message"}
 
 // sendBatch sends msgs as one atomic batch, riding out the refusals that
-// store nothing and say nothing about the keys (too many batches in
-// flight, no stream leader for the moment). It returns the commit's
-// sequence, or the server's refusal (errNotBatched: no refusal, but no
-// batch either).
+// store nothing and say nothing about the keys: no stream leader for the
+// moment, too many batches in flight, a key in process (see
+// inProcessRetries). It returns the commit's sequence, or the server's
+// refusal (errNotBatched: no refusal, but no batch either).
 func (s *Store) sendBatch(ctx context.Context, msgs []*nats.Msg) (uint64, *jetstream.APIError, error) {
-	for transient := 0; ; transient++ {
+	var noLeader, crowded, inProcessTries int
+	for {
 		ack, err := s.publishBatch(ctx, msgs)
-		if errors.Is(err, nats.ErrNoResponders) && transient < batchRetries {
+		if errors.Is(err, nats.ErrNoResponders) && noLeader < batchRetries {
+			noLeader++
 			if err := sleep(ctx, noResponderWait); err != nil {
 				return 0, nil, err
 			}
@@ -182,16 +184,22 @@ func (s *Store) sendBatch(ctx context.Context, msgs []*nats.Msg) (uint64, *jetst
 			}
 			return ack.Seq, nil, nil
 		}
-		switch ack.Error.ErrorCode {
-		case codeBatchIncomplete, codeBatchTooManyInflight:
-			if transient == batchRetries {
-				return 0, nil, fmt.Errorf("batch refused %d times: %w", transient+1, ack.Error)
+		var wait time.Duration
+		switch {
+		case inProcess(ack.Error) && inProcessTries < inProcessRetries:
+			wait = inProcessWait(inProcessTries)
+			inProcessTries++
+		case ack.Error.ErrorCode == codeBatchIncomplete, ack.Error.ErrorCode == codeBatchTooManyInflight:
+			if crowded == batchRetries {
+				return 0, nil, fmt.Errorf("batch refused %d times: %w", crowded+1, ack.Error)
 			}
-			if err := sleep(ctx, time.Duration(transient+1)*10*time.Millisecond); err != nil {
-				return 0, nil, err
-			}
+			crowded++
+			wait = time.Duration(crowded) * 10 * time.Millisecond
 		default:
 			return 0, ack.Error, nil
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return 0, nil, err
 		}
 	}
 }

@@ -155,7 +155,7 @@ func (s *Store) writeCheckpoint(ctx context.Context, key string, gen int, doc []
 // The marker is conditional on seq: another writer's message stays.
 func (s *Store) unlessPurged(ctx context.Context, err error, key string, seq uint64) error {
 	if errors.Is(err, checkpoint.ErrPurged) {
-		if uerr := s.request(ctx, s.markerMsg(key, seq)); uerr != nil {
+		if _, uerr := s.publish(ctx, key, s.markerMsg(key, seq), seq); uerr != nil {
 			return errors.Join(err, fmt.Errorf("checkpoint %s of the purged run not deleted: %w", key, uerr))
 		}
 	}

@@ -452,24 +452,6 @@ func (s *Store) markerMsg(key string, seq uint64) *nats.Msg {
 	return &nats.Msg{Subject: s.putPrefix + key, Header: h}
 }
 
-// request publishes msg and checks its PubAck.
-func (s *Store) request(ctx context.Context, msg *nats.Msg) error {
-	rctx, cancel := s.bounded(ctx)
-	reply, err := s.nc.RequestMsgWithContext(rctx, msg)
-	cancel()
-	if err != nil {
-		return err
-	}
-	var ack pubAck
-	if err := unmarshal(reply.Data, &ack); err != nil {
-		return err
-	}
-	if ack.Error != nil {
-		return ack.Error
-	}
-	return nil
-}
-
 // indexWriters bounds the concurrent requests of one index operation.
 const indexWriters = 16
 

@@ -1,6 +1,9 @@
 package kvstore_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,6 +63,7 @@ func TestReplicated(t *testing.T) {
 	t.Run("ReadsFromLeader", func(t *testing.T) { testReadsFromLeader(t, nc, js) })
 	t.Run("Conformance", func(t *testing.T) { testConformanceReplicated(t, js) })
 	t.Run("Purge", func(t *testing.T) { testPurgeReplicated(t, js) })
+	t.Run("WriteRightAfterAck", func(t *testing.T) { testWriteRightAfterAck(t, js) })
 }
 
 // A purge on a three-replica bucket, whose reads go to the leader and
@@ -157,4 +161,54 @@ func testConformanceReplicated(t *testing.T, js jetstream.JetStream) {
 		}
 		return s
 	})
+}
+
+// A write that follows its key's previous write at once, as a commit
+// follows CreateRun, succeeds. In a cluster the stream leader acks a
+// write before it forgets that the key's write is in process, and for
+// that moment answers the next write expecting the key's revision with
+// "wrong last sequence" (10164) although the revision is right: the
+// store sends it again instead of reporting a conflict that no one won.
+func testWriteRightAfterAck(t *testing.T, js jetstream.JetStream) {
+	ctx := testCtx(t)
+	s, err := kvstore.New(ctx, js, kvstore.Options{Bucket: uniqueBucket(), Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() { errs <- writeRightAfterAck(ctx, s, g) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// writeRightAfterAck creates runs and moves each at once: a cancel or a
+// commit of step 1.
+func writeRightAfterAck(ctx context.Context, s *kvstore.Store, g int) error {
+	for i := range 100 {
+		id := fmt.Sprintf("at-once-%d-%d", g, i)
+		run, err := s.CreateRun(ctx, checkpoint.Run{ID: id, Status: checkpoint.StatusRunning, Step: 1})
+		if err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			run.Status = checkpoint.StatusCancelled
+			if _, err := s.UpdateRun(ctx, run); err != nil {
+				return fmt.Errorf("%s: UpdateRun right after CreateRun: %w", id, err)
+			}
+			continue
+		}
+		next, cp := step1(run, "a")
+		if _, err := s.Commit(ctx, next, cp); err != nil {
+			return fmt.Errorf("%s: Commit right after CreateRun: %w", id, err)
+		}
+	}
+	return nil
 }

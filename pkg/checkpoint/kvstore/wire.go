@@ -60,6 +60,27 @@ const (
 	noResponderWait    = 250 * time.Millisecond
 )
 
+// inProcessRetries bounds the times a write is sent again after the
+// stream leader of a replicated bucket answered "wrong last sequence"
+// without a sequence (10164): another write of the key is in process,
+// proposed but not yet applied, and the leader cannot check the
+// expectation against it. That write may still fail, and the leader
+// keeps a key in process for a moment after it acks the write, so the
+// answer says nothing about the key: it is sent again after
+// inProcessWait(attempt), and only a refusal that persists is taken for
+// a conflict.
+const inProcessRetries = 6
+
+// inProcessWait is the pause before the attempt-th resend: 1, 2, 4 … ms,
+// about the time a proposal takes to apply.
+func inProcessWait(attempt int) time.Duration { return time.Millisecond << attempt }
+
+// inProcess reports whether e is the leader's "the key is in process"
+// answer, which stores nothing.
+func inProcess(e *jetstream.APIError) bool {
+	return e != nil && e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
 // bounded gives a request of the store its own deadline (the store's
 // Timeout) when ctx has none: a request JetStream drops, as it does while
 // a replicated bucket has no leader, would otherwise wait forever, and the
@@ -210,6 +231,33 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64) (
 // error), and returns the new revision. A refusal for another revision
 // wraps errWrongRevision.
 func (s *Store) publish(ctx context.Context, key string, msg *nats.Msg, rev uint64) (uint64, error) {
+	for attempt := 0; ; attempt++ {
+		ack, err := s.send(ctx, key, msg)
+		if err != nil {
+			return 0, err
+		}
+		if inProcess(ack.Error) && rev != anyRevision && attempt < inProcessRetries {
+			if err := sleep(ctx, inProcessWait(attempt)); err != nil {
+				return 0, fmt.Errorf("write %s: %w", key, err)
+			}
+			continue
+		}
+		if ack.Error != nil {
+			if ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || inProcess(ack.Error) {
+				return 0, fmt.Errorf("write %s at revision %d: %w: %w", key, rev, errWrongRevision, ack.Error)
+			}
+			return 0, fmt.Errorf("write %s: %w", key, ack.Error)
+		}
+		if ack.Seq == 0 {
+			return 0, fmt.Errorf("write %s: ack without a sequence", key)
+		}
+		return ack.Seq, nil
+	}
+}
+
+// send sends msg, a write of key, riding out a stream leader change,
+// and decodes the stream's answer.
+func (s *Store) send(ctx context.Context, key string, msg *nats.Msg) (pubAck, error) {
 	var reply *nats.Msg
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -220,26 +268,17 @@ func (s *Store) publish(ctx context.Context, key string, msg *nats.Msg, rev uint
 			break
 		}
 		if serr := sleep(ctx, noResponderWait); serr != nil {
-			return 0, fmt.Errorf("write %s: %w", key, err)
+			return pubAck{}, fmt.Errorf("write %s: %w", key, err)
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("write %s: %w", key, err)
+		return pubAck{}, fmt.Errorf("write %s: %w", key, err)
 	}
 	var ack pubAck
 	if err := json.Unmarshal(reply.Data, &ack); err != nil {
-		return 0, fmt.Errorf("write %s: decode ack %q: %w", key, reply.Data, err)
+		return pubAck{}, fmt.Errorf("write %s: decode ack %q: %w", key, reply.Data, err)
 	}
-	if ack.Error != nil {
-		if ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || ack.Error.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
-			return 0, fmt.Errorf("write %s at revision %d: %w: %w", key, rev, errWrongRevision, ack.Error)
-		}
-		return 0, fmt.Errorf("write %s: %w", key, ack.Error)
-	}
-	if ack.Seq == 0 {
-		return 0, fmt.Errorf("write %s: ack without a sequence: %q", key, reply.Data)
-	}
-	return ack.Seq, nil
+	return ack, nil
 }
 
 // create writes value on key if the key has no value, over a delete
