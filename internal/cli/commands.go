@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/service"
+	"github.com/durable-run/durable/pkg/steps"
 )
 
 var errNotFound = checkpoint.ErrNotFound
@@ -52,6 +53,10 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.Close()
 	run, created, err := cl.Start(ctx, client.StartRequest{Workflow: pos[0], RunID: *id, Input: json.RawMessage(*input), By: *by})
 	if err != nil {
+		if errors.Is(err, client.ErrBadInput) && !errors.Is(err, steps.ErrInputSchema) {
+			// Not a JSON object: say what this workflow takes.
+			return service.UsageError{Msg: err.Error() + inputHint(ctx, cl.Store(), pos[0])}
+		}
 		if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrBadRunID) || errors.Is(err, client.ErrUnknownWorkflow) {
 			return service.UsageError{Msg: err.Error()}
 		}
