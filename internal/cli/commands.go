@@ -111,7 +111,7 @@ func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer s.Close()
 	run, err := cl.Cancel(ctx, pos[0], *by)
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	fmt.Fprintf(stdout, "cancelled %s at step %d\n", run.ID, run.Step)
 	return nil
@@ -143,7 +143,7 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer s.Close()
 	run, err := cl.Decide(ctx, client.Decision{RunID: pos[0], By: *by, Reject: *reject, Reason: *reason, Channel: client.ChannelCLI, PayloadSHA256: *sha})
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	verb, then := "approved", "the run resumes"
 	if *reject {

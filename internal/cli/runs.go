@@ -129,7 +129,7 @@ func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer s.Close()
 	v, err := cl.Inspect(ctx, pos[0])
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	if *asJSON {
 		return writeJSON(stdout, v)
