@@ -88,6 +88,10 @@ func TestRunsShowArchivedAndExport(t *testing.T) {
 		if _, err := e.store.GetRun(ctx, "arch-old"); !errors.Is(err, checkpoint.ErrPurged) {
 			t.Errorf("after a refused start, arch-old: %v, want still purged", err)
 		}
+		// A command on it says what its tombstone says, once (issue 25).
+		if r := e.mustCLI(3, "runs", "cancel", "arch-old"); !strings.Contains(r.stderr, "and was purged at") || strings.Count(r.stderr, "arch-old") != 1 {
+			t.Errorf("runs cancel of the purged arch-old: %q, want its tombstone's words, naming it once", r.stderr)
+		}
 
 		out := e.mustCLI(0, "runs", "show", "arch-old").stdout
 		for _, want := range []string{"run arch-old  workflow claim", "status completed", "archived ", "this is its archive (DURABLE_ARCHIVE/arch-old.json.gz", ", purged "} {

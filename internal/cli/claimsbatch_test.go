@@ -24,6 +24,14 @@ func TestClaimsBatchThroughCLI(t *testing.T) {
 		if parent.Wait == nil || parent.Wait.Kind != checkpoint.WaitChildren || parent.Step != 2 {
 			t.Fatalf("parent waits for %+v at step %d", parent.Wait, parent.Step)
 		}
+		// runs show says what the parent waits for, and how its children
+		// stand, not only "run waiting" (issue 25).
+		text := e.mustCLI(0, "runs", "show", "batch-1").stdout
+		for _, want := range []string{"for its 3 child runs to end, now 3 waiting (step 2 collect runs then)", "run waiting for 3 child runs: 3 waiting"} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("runs show of the waiting parent lacks %q:\n%s", want, text)
+			}
+		}
 		if r := e.mustCLI(1, "approve", "batch-1", "--by", "ana"); !strings.Contains(r.stderr, "waits for its child runs, not an approval") {
 			t.Fatalf("approve of the parent: %s", r.stderr)
 		}
@@ -57,7 +65,8 @@ func TestClaimsBatchThroughCLI(t *testing.T) {
 		if text := e.mustCLI(0, "runs", "show", "batch-1-2").stdout; !strings.Contains(text, "child of run batch-1, started by its step 1") {
 			t.Fatalf("runs show of a child:\n%s", text)
 		}
-		if text := e.mustCLI(0, "runs", "show", "batch-1").stdout; !strings.Contains(text, "CHILDREN") || !strings.Contains(text, "batch-1-3 (claim, started by step 1): completed") {
+		if text := e.mustCLI(0, "runs", "show", "batch-1").stdout; !strings.Contains(text, "CHILDREN") || !strings.Contains(text, "batch-1-3 (claim, started by step 1): completed") ||
+			!strings.Contains(text, "started 3 child runs, now 3 completed") {
 			t.Fatalf("runs show of the parent:\n%s", text)
 		}
 		if kinds := auditKinds(done); !strings.Contains(kinds, checkpoint.AuditChildren) {

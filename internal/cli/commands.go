@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/service"
+	"github.com/durable-run/durable/pkg/steps"
 )
 
 var errNotFound = checkpoint.ErrNotFound
@@ -52,6 +53,10 @@ func cmdStart(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.Close()
 	run, created, err := cl.Start(ctx, client.StartRequest{Workflow: pos[0], RunID: *id, Input: json.RawMessage(*input), By: *by})
 	if err != nil {
+		if errors.Is(err, client.ErrBadInput) && !errors.Is(err, steps.ErrInputSchema) {
+			// Not a JSON object: say what this workflow takes.
+			return service.UsageError{Msg: err.Error() + inputHint(ctx, cl.Store(), pos[0])}
+		}
 		if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrBadRunID) || errors.Is(err, client.ErrUnknownWorkflow) {
 			return service.UsageError{Msg: err.Error()}
 		}
@@ -106,7 +111,7 @@ func cmdRunsCancel(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer s.Close()
 	run, err := cl.Cancel(ctx, pos[0], *by)
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	fmt.Fprintf(stdout, "cancelled %s at step %d\n", run.ID, run.Step)
 	return nil
@@ -138,7 +143,7 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer s.Close()
 	run, err := cl.Decide(ctx, client.Decision{RunID: pos[0], By: *by, Reject: *reject, Reason: *reason, Channel: client.ChannelCLI, PayloadSHA256: *sha})
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	verb, then := "approved", "the run resumes"
 	if *reject {

@@ -30,7 +30,7 @@ func cmdRunsRedrive(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer s.Close()
 	run, err := cl.Redrive(ctx, pos[0], *by)
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	fmt.Fprintf(stdout, "redriven %s at step %d %s (redrive %d)\n", run.ID, run.Step, run.StepName, run.Redrives)
 	return nil

@@ -237,7 +237,7 @@ func TestRunsShowCrashedClaimAndStats(t *testing.T) {
 		}
 		out := e.mustCLI(0, "stats").stdout
 		for _, s := range []string{"7 runs", "reused effect keys   1", "journal mismatches   1", "replayed effects     1 of 4",
-			"0.250 resumed steps per completed run", "oldest stuck-1", "waiting past their TTL: 1", "not measured here"} {
+			"0.250 resumed steps per completed run", "0.250 resumes (approvals and signals) per completed run [sample]: 1 resume", "oldest stuck-1", "waiting past their TTL: 1", "not measured here"} {
 			if !strings.Contains(out, s) {
 				t.Errorf("stats lacks %q:\n%s", s, out)
 			}

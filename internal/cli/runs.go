@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,7 +130,7 @@ func cmdRunsShow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer s.Close()
 	v, err := cl.Inspect(ctx, pos[0])
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	if *asJSON {
 		return writeJSON(stdout, v)
@@ -152,7 +153,7 @@ func printRun(w io.Writer, v client.RunView) {
 			if cp.Resumed {
 				attempt += " resumed"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", at, cp.Step, cp.Name, attempt, fmtMS(cp.DurationMS), cp.Bytes, stepDetail(*cp))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%s\n", at, cp.Step, cp.Name, attempt, fmtMS(cp.DurationMS), cp.Bytes, stepDetail(*cp, v))
 			continue
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t\t\t\t%s\n", at, e.Step, strings.ToUpper(e.Kind), auditDetail(*e.Audit))
@@ -185,7 +186,7 @@ func printRunHeader(w io.Writer, v client.RunView) {
 	}
 	fmt.Fprintln(w)
 	if len(v.Input) > 0 {
-		fmt.Fprintf(w, "input %s\n", cut(string(v.Input), 200))
+		fmt.Fprintf(w, "input %s\n", cutWhole(string(v.Input), 200, v.RunID))
 	}
 	if v.Parent != nil {
 		fmt.Fprintf(w, "child of run %s, started by its step %d\n", v.Parent.RunID, v.Parent.Step)
@@ -204,21 +205,25 @@ func printRunHeader(w io.Writer, v client.RunView) {
 		fmt.Fprintln(w)
 	}
 	if len(v.State) > 0 {
-		fmt.Fprintf(w, "state %s\n", cut(string(v.State), 200))
+		fmt.Fprintf(w, "state %s\n", cutWhole(string(v.State), 1000, v.RunID))
 	}
 	for _, n := range stateNotices(v.State) {
 		fmt.Fprintf(w, "notice: %s\n", cut(n, 200))
 	}
 	switch {
 	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitChildren:
-		fmt.Fprintf(w, "waiting since %s for its child runs to end (step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
+		what := "its child runs to end"
+		if kids := childrenOf(v.Children, v.Wait.Step-1); len(kids) > 0 {
+			what = fmt.Sprintf("its %s to end, now %s", plural(len(kids), "child run", "child runs"), childTally(kids))
+		}
+		fmt.Fprintf(w, "waiting since %s for %s (step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), what, v.Wait.Step, v.Wait.StepName)
 	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitSignal:
 		fmt.Fprintf(w, "waiting since %s for signal %s, deadline %s (durable signal %s %s --data JSON)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Name, v.Wait.Deadline.Local().Format(time.DateTime), v.RunID, v.Wait.Name)
 	case v.Wait != nil && v.Wait.Kind == checkpoint.WaitTimer:
 		fmt.Fprintf(w, "sleeping since %s until %s (a durable timer; step %d %s runs then)\n", v.Wait.Since.Local().Format(time.DateTime), v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.Step, v.Wait.StepName)
 	case v.Wait != nil:
 		fmt.Fprintf(w, "waiting since %s for group %s, deadline %s, payload sha256 %s\n  payload: %s\n",
-			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cut(string(v.Wait.Payload), 200))
+			v.Wait.Since.Local().Format(time.DateTime), v.Wait.Group, v.Wait.Deadline.Local().Format(time.DateTime), v.Wait.PayloadSHA256, cutWhole(string(v.Wait.Payload), 200, v.RunID))
 	}
 }
 
@@ -357,9 +362,10 @@ func stateNotices(state json.RawMessage) []string {
 	return st.Notices
 }
 
-// stepDetail says what a committed step did beyond its row: effects, calls
-// and why it took more than one delivery.
-func stepDetail(cp client.CheckpointView) string {
+// stepDetail says what a committed step of run v did beyond its row:
+// effects, calls, why it took more than one delivery, and what the run
+// did next.
+func stepDetail(cp client.CheckpointView, v client.RunView) string {
 	var parts []string
 	for _, e := range cp.Effects {
 		if e.Replayed {
@@ -396,9 +402,54 @@ func stepDetail(cp client.CheckpointView) string {
 		parts = append(parts, fmt.Sprintf("fanned out to %s, joined at step %d (%s)", plural(cp.FanOut, "branch", "branches"), cp.Step+1, cp.Next))
 	}
 	if cp.Status != "" && cp.Status != checkpoint.StatusRunning {
-		parts = append(parts, "run "+string(cp.Status))
+		parts = append(parts, afterStep(cp, v))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// afterStep says what run v did after step cp: "run completed", or, for a
+// step that started child runs, how many and how they stand now.
+func afterStep(cp client.CheckpointView, v client.RunView) string {
+	kids := childrenOf(v.Children, cp.Step)
+	if cp.Status != checkpoint.StatusWaiting || len(kids) == 0 {
+		return "run " + string(cp.Status)
+	}
+	n := plural(len(kids), "child run", "child runs")
+	if w := v.Wait; w != nil && w.Kind == checkpoint.WaitChildren && w.Step == cp.Step+1 {
+		return fmt.Sprintf("run waiting for %s: %s", n, childTally(kids))
+	}
+	return fmt.Sprintf("started %s, now %s", n, childTally(kids))
+}
+
+// childrenOf are the child runs step n started.
+func childrenOf(children []client.ChildView, n int) []client.ChildView {
+	var out []client.ChildView
+	for _, c := range children {
+		if c.Step == n {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// childTally counts children by status: "1 completed, 2 running".
+func childTally(children []client.ChildView) string {
+	order := []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.StatusRunning, checkpoint.StatusWaiting,
+		checkpoint.StatusFailed, checkpoint.StatusCancelled, checkpoint.StatusDead, ""}
+	var parts []string
+	for _, s := range order {
+		n := 0
+		for _, c := range children {
+			if c.Status == s {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d %s", n, cmp.Or(string(s), "not started")))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func auditDetail(a checkpoint.AuditEntry) string {
@@ -448,6 +499,15 @@ func roundDur(d time.Duration) string {
 		return d.Round(time.Second).String()
 	}
 	return d.Round(time.Millisecond).String()
+}
+
+// cutWhole is cut, saying how to see all of s: state and payloads are
+// what an operator reads a run for.
+func cutWhole(s string, n int, run string) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s (cut at %d of %d bytes; `durable runs show %s --json` shows it whole)", cut(s, n), n, len(s), run)
 }
 
 // cut shortens s to n bytes on a rune boundary, marking the cut.

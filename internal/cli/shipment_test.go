@@ -51,6 +51,14 @@ func TestShipmentThroughCLI(t *testing.T) {
 			t.Fatalf("signal: %s", r.stdout)
 		}
 		done := e.waitStatus("ship-1", checkpoint.StatusCompleted)
+		// stats counts a signal's resume with the approvals', and says so
+		// (issue 25: it called them all "approval resumes").
+		if st := statsJSON(t, e); st.Resumes.ApprovalResumes != 1 || st.Resumes.CompletedRuns != 1 {
+			t.Fatalf("stats resumes %+v, want the signal's resume of the one completed run", st.Resumes)
+		}
+		if out := e.mustCLI(0, "stats").stdout; !strings.Contains(out, "1.000 resumes (approvals and signals) per completed run") || strings.Contains(out, "approval resumes") {
+			t.Fatalf("stats names the signal's resume wrong:\n%s", out)
+		}
 		v := e.showJSON("ship-1")
 		state, _ := v["state"].(map[string]any)
 		delivered, _ := state["delivered"].(map[string]any)

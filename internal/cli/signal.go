@@ -46,7 +46,7 @@ func cmdSignal(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return service.UsageError{Msg: err.Error()}
 	}
 	if err != nil {
-		return err
+		return missingRun(ctx, cl.Store(), pos[0], err)
 	}
 	if *asJSON {
 		return writeJSON(stdout, map[string]any{"run_id": res.Run.ID, "signal": res.Signal, "resumed": res.Resumed, "duplicate": res.Duplicate, "status": res.Run.Status})

@@ -72,8 +72,11 @@ func printStats(w io.Writer, st client.Stats) {
 	fmt.Fprintln(w, "\n2. resume rate")
 	fmt.Fprintf(w, "   %.3f resumed steps per completed run [sample]: %s committed by a delivery after the first, in %s\n",
 		r.PerCompletedRun, plural(r.RedeliveredSteps, "step", "steps"), plural(r.CompletedRuns, "completed run", "completed runs"))
-	fmt.Fprintf(w, "   %.3f approval resumes per completed run [sample] (%d in the newest completed runs read)\n",
-		r.ApprovalResumesPerCompletedRun, r.ApprovalResumes)
+	// Run.Resumes counts decisions and signals (and the expiry of a wait
+	// for either), not timers or child runs: the JSON keeps its field
+	// names (approval_resumes), the text says what they count.
+	fmt.Fprintf(w, "   %.3f resumes (approvals and signals) per completed run [sample]: %s in the newest completed runs read, each a parked run woken by an approval decision or a signal, or by the expiry of its wait for one\n",
+		r.ApprovalResumesPerCompletedRun, plural(r.ApprovalResumes, "resume", "resumes"))
 
 	fmt.Fprintf(w, "\n3. stuck runs (running, no commit for more than %s)\n", st.Stuck.After)
 	fmt.Fprintf(w, "   %d", st.Stuck.Count)

@@ -480,11 +480,11 @@ func normalizeInput(in json.RawMessage) (json.RawMessage, error) {
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(in, &obj); err != nil || obj == nil {
-		why := "not a JSON object"
+		why := "null"
 		if err != nil {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("%w: %s; pass a JSON object such as '{\"amount\": 1840}'", ErrBadInput, why)
+		return nil, fmt.Errorf("%w: %s; the input must be a JSON object", ErrBadInput, why)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, in); err != nil {

@@ -53,8 +53,8 @@ type Stats struct {
 
 // StatsSample says which runs the figures read: every live run, and of
 // the ended ones the newest Sample of each ended status (Ended, which the
-// figures from ended runs cover: approval resumes, journal mismatches);
-// the checkpoints of the Runs most recently updated of those.
+// figures from ended runs cover: resumes by approvals and signals, journal
+// mismatches); the checkpoints of the Runs most recently updated of those.
 type StatsSample struct {
 	Runs        int  `json:"runs"`
 	Checkpoints int  `json:"checkpoints"`
@@ -94,8 +94,11 @@ type ResumeStats struct {
 	RedeliveredSteps int `json:"redelivered_steps"`
 	// PerCompletedRun is RedeliveredSteps / CompletedRuns: the resume rate.
 	PerCompletedRun float64 `json:"per_completed_run"`
-	// ApprovalResumes sums Run.Resumes (resumed after parking) over the sampled
-	// completed runs, and ApprovalResumesPerCompletedRun divides it by them.
+	// ApprovalResumes sums Run.Resumes over the sampled completed runs, and
+	// ApprovalResumesPerCompletedRun divides it by them. Despite the name
+	// (kept: it is the JSON field operators read), it counts every resume
+	// of a parked run by an approval decision or a signal, or by the
+	// expiry of its wait for one; not timers, not child runs ending.
 	ApprovalResumes                int     `json:"approval_resumes"`
 	ApprovalResumesPerCompletedRun float64 `json:"approval_resumes_per_completed_run"`
 }

@@ -166,7 +166,17 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 	case outcome == "committed":
 		w.c.committed.Add(1)
 		w.reportCommit(run, cp, cp.Size(), nil)
-		d.log.Info().Str("name", cp.Name).Int("branches_done", count).Int("branches", len(fan.FanOut.Branches)).Msg("branch committed")
+		ev := d.log.Info().Str("name", cp.Name).Int("branches", len(fan.FanOut.Branches))
+		if count > 0 {
+			ev = ev.Int("branches_done", count)
+		} else {
+			// 0 is no count: the store left it to a writer bound to
+			// count after this one (CommitBranch). The KV store counts
+			// only in the writer of the newest branch key, so branches
+			// that commit at once all read 0 but the last.
+			ev = ev.Bool("counted_by_a_later_branch", true)
+		}
+		ev.Msg("branch committed")
 		w.at(ctx, AfterCheckpoint, d)
 	}
 	if count == len(fan.FanOut.Branches) && run.Status == checkpoint.StatusRunning && run.Step == cp.Step {
