@@ -23,12 +23,24 @@ const (
 	// work's (docs/performance.md measures both) and still ten times what
 	// a fleet finishing 100 runs a second ends.
 	DefaultPurgeRate = 1000
+	// DefaultPurgeShare is the share of the time a scheduler's purge
+	// works: after each chunk of runs it rests four times as long as the
+	// chunk took, so that the store serves the live work alone for most
+	// of the time (docs/performance.md measures what the purge costs
+	// step p50 on both stores).
+	DefaultPurgeShare = 0.2
 )
 
-// purgeBatch is how many ended runs one pass reads and purges at once.
-const purgeBatch = 500
+// purgeBatch is how many ended runs one pass reads at once; purgeChunk
+// how many of them it purges at once, before it rests (see
+// Config.PurgeShare).
+const (
+	purgeBatch = 512
+	purgeChunk = 64
+)
 
-// purgeParallel bounds the purges under way at once in a batch.
+// purgeParallel bounds the purges under way at once; a purge that never
+// rests (PurgeShare 1) takes a whole batch as one chunk.
 const purgeParallel = 128
 
 // PurgeResult counts what one Purge pass did.
@@ -40,7 +52,8 @@ type PurgeResult struct {
 
 // Purge purges, in batches, the runs that ended more than
 // Config.Retention ago (checkpoint.Retention), until none is left or
-// ctx ends, at most Config.PurgeRate a second. It keeps a run whose
+// ctx ends, at most Config.PurgeRate a second and working at most
+// Config.PurgeShare of the time. It keeps a run whose
 // parent is live, one with a live child, and a dead run whose letter is
 // still in the dead-letter stream. Several schedulers may purge at once:
 // a purge is a compare-and-set on the run's revision, so each run is
@@ -54,7 +67,6 @@ func (s *Scheduler) Purge(ctx context.Context) PurgeResult {
 	cutoff := s.cfg.Now().Add(-s.cfg.Retention)
 	skip := map[string]bool{} // kept this pass: not asked again
 	for ctx.Err() == nil {
-		began := time.Now()
 		runs, err := r.EndedBefore(ctx, cutoff, purgeBatch+len(skip))
 		if err != nil {
 			s.c.errors.Add(1)
@@ -74,42 +86,75 @@ func (s *Scheduler) Purge(ctx context.Context) PurgeResult {
 		// takes them in its own order, so that they mostly purge
 		// different runs rather than race for the same ones.
 		rand.Shuffle(len(todo), func(i, j int) { todo[i], todo[j] = todo[j], todo[i] })
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, purgeParallel)
-		for _, run := range todo {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				outcome := s.purgeOne(ctx, r, run)
-				mu.Lock()
-				defer mu.Unlock()
-				switch outcome {
-				case purged:
-					res.Purged++
-					s.c.purged.Add(1)
-				case kept:
-					res.Kept++
-					skip[run.ID] = true
-				case raced:
-					res.Raced++
-				case failed:
-					skip[run.ID] = true
-				}
-			}()
+		size := purgeChunk
+		if s.cfg.PurgeShare >= 1 {
+			size = len(todo)
 		}
-		wg.Wait()
-		// Pace: no faster than PurgeRate, so that the store serves the
-		// live work first.
-		if pace := time.Duration(len(todo)) * time.Second / time.Duration(s.cfg.PurgeRate); time.Since(began) < pace {
-			select {
-			case <-ctx.Done():
-			case <-time.After(pace - time.Since(began)):
-			}
+		for len(todo) > 0 && ctx.Err() == nil {
+			chunk := todo[:min(size, len(todo))]
+			todo = todo[len(chunk):]
+			began := time.Now()
+			s.purgeChunk(ctx, r, chunk, &res, skip)
+			s.rest(ctx, len(chunk), time.Since(began))
 		}
 	}
 	return res
+}
+
+// purgeChunkTimeout bounds a chunk's purges once ctx has ended.
+const purgeChunkTimeout = 30 * time.Second
+
+// purgeChunk purges runs at once, counting each outcome in res; a run
+// kept, or whose purge failed, goes in skip. The chunk is finished when
+// ctx ends meanwhile (within purgeChunkTimeout): a scheduler that stops
+// leaves no purge half done for the next pass to find.
+func (s *Scheduler) purgeChunk(ctx context.Context, r checkpoint.Retention, runs []checkpoint.Run, res *PurgeResult, skip map[string]bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), purgeChunkTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, purgeParallel)
+	for _, run := range runs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			outcome := s.purgeOne(ctx, r, run)
+			mu.Lock()
+			defer mu.Unlock()
+			switch outcome {
+			case purged:
+				res.Purged++
+				s.c.purged.Add(1)
+			case kept:
+				res.Kept++
+				skip[run.ID] = true
+			case raced:
+				res.Raced++
+			case failed:
+				skip[run.ID] = true
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// rest paces the purge after a chunk of n runs that took took: it works
+// at most Config.PurgeShare of the time, and purges no more than
+// Config.PurgeRate runs a second.
+func (s *Scheduler) rest(ctx context.Context, n int, took time.Duration) {
+	wait := time.Duration(float64(took) * (1 - s.cfg.PurgeShare) / s.cfg.PurgeShare)
+	if byRate := time.Duration(n)*time.Second/time.Duration(s.cfg.PurgeRate) - took; byRate > wait {
+		wait = byRate
+	}
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 type purgeOutcome int

@@ -40,7 +40,7 @@ func benchPurge(b *testing.B, kind string, archived bool) {
 	}
 	ctx := context.Background()
 	fillEnded(b, f, b.N)
-	cfg := scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeRate: 1 << 30}
+	cfg := scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeRate: 1 << 30, PurgeShare: 1}
 	if archived {
 		archive, err := objstore.New(ctx, f.JS, objstore.Options{Bucket: client.ArchiveBucket})
 		if err != nil {

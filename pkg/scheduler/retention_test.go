@@ -122,7 +122,7 @@ func TestTwoSchedulersPurgeEachRunOnce(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					sch, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour})
+					sch, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeShare: 1})
 					if err != nil {
 						t.Error(err)
 						return
@@ -140,6 +140,84 @@ func TestTwoSchedulersPurgeEachRunOnce(t *testing.T) {
 				t.Errorf("runs counted after the purge: %+v, %v; want none", counts.Status, err)
 			}
 		})
+	}
+}
+
+// stopOnPurge is a store whose first Purge ends the purge pass's context
+// (stop), as a SIGTERM does in the middle of a chunk.
+type stopOnPurge struct {
+	checkpoint.Store
+	checkpoint.Retention
+	once sync.Once
+	stop context.CancelFunc
+}
+
+func (s *stopOnPurge) Purge(ctx context.Context, run checkpoint.Run, ttl time.Duration) error {
+	s.once.Do(s.stop)
+	return s.Retention.Purge(ctx, run, ttl)
+}
+
+// A scheduler stopped in the middle of a purge finishes the chunk under
+// way and starts no other: each run is purged whole or not touched,
+// never left half purged for the next pass (before, every purge of the
+// chunk failed with the context's end, some after the tombstone).
+func TestStoppedPurgeFinishesItsChunk(t *testing.T) {
+	for _, kind := range retentionKinds(t) {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			f := testfleet.New(t, kind)
+			old := time.Now().Add(-40 * 24 * time.Hour)
+			const n = 150
+			for i := range n {
+				run := checkpoint.Run{ID: fmt.Sprintf("done-%04d", i), Workflow: "w", Step: 1, Status: checkpoint.StatusCompleted, CreatedAt: old, UpdatedAt: old}
+				if _, err := f.Store.CreateRun(context.Background(), run); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			store := &stopOnPurge{Store: f.Store, Retention: f.Store.(checkpoint.Retention), stop: stop}
+			sch, err := scheduler.New(scheduler.Config{Client: client.New(f.JS, store), Retention: 30 * 24 * time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := sch.Purge(ctx)
+			if res.Purged == 0 || res.Purged >= n || res.Kept+res.Raced != 0 {
+				t.Fatalf("stopped purge: %+v; want the first chunk purged, no more, nothing failed", res)
+			}
+			var gone int
+			for i := range n {
+				id := fmt.Sprintf("done-%04d", i)
+				_, err := f.Store.GetRun(context.Background(), id)
+				switch {
+				case errors.Is(err, checkpoint.ErrPurged):
+					gone++
+				case err != nil:
+					t.Fatalf("%s: %v", id, err)
+				}
+			}
+			if gone != res.Purged {
+				t.Fatalf("%d runs read as purged, the pass purged %d", gone, res.Purged)
+			}
+			// What is left is purged whole by the next pass.
+			sch2, err := scheduler.New(scheduler.Config{Client: f.Client, Retention: 30 * 24 * time.Hour, PurgeShare: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res2 := sch2.Purge(context.Background()); res.Purged+res2.Purged != n {
+				t.Fatalf("purged %d, then %d; want %d in all", res.Purged, res2.Purged, n)
+			}
+		})
+	}
+}
+
+// A share of the time outside (0, 1] is refused.
+func TestPurgeShareChecked(t *testing.T) {
+	f := testfleet.New(t, testfleet.Kinds[0])
+	for _, share := range []float64{-0.5, 1.5} {
+		if _, err := scheduler.New(scheduler.Config{Client: f.Client, PurgeShare: share}); err == nil || !strings.Contains(err.Error(), "PurgeShare") {
+			t.Errorf("PurgeShare %g: %v, want it refused", share, err)
+		}
 	}
 }
 

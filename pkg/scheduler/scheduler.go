@@ -73,6 +73,12 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// PurgeRate bounds the runs purged a second. Default DefaultPurgeRate.
 	PurgeRate int
+	// PurgeShare is the share of the time the purge works, in (0, 1]:
+	// after each chunk of runs it rests (1-PurgeShare)/PurgeShare times
+	// as long as the chunk took, whatever the store, so that its load
+	// leaves the live work most of the store's time. 1 never rests
+	// (PurgeRate still bounds it). Default DefaultPurgeShare.
+	PurgeShare float64
 	// Archive, when set, has retention write each run to it before
 	// purging it (client.Client.Archive: one gzipped JSON document of the
 	// run with its checkpoints and audit), so that `durable runs show`
@@ -152,6 +158,12 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.PurgeRate == 0 {
 		cfg.PurgeRate = DefaultPurgeRate
+	}
+	if cfg.PurgeShare == 0 {
+		cfg.PurgeShare = DefaultPurgeShare
+	}
+	if !(cfg.PurgeShare > 0 && cfg.PurgeShare <= 1) {
+		return nil, fmt.Errorf("scheduler: PurgeShare %g: want a share of the time in (0, 1]", cfg.PurgeShare)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

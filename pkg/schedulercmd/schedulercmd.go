@@ -89,6 +89,7 @@ type options struct {
 	stepTimeout                       time.Duration
 	runRetention, tombstones          Days
 	purgeRate                         int
+	purgeShare                        float64
 	archive                           bool
 	archiveTTL                        Days
 }
@@ -141,6 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.Var(&o.runRetention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone; default 30d, or DURABLE_RETENTION")
 	fs.IntVar(&o.purgeRate, "purge-rate", scheduler.DefaultPurgeRate, "purge at most this many ended runs a second")
+	fs.Float64Var(&o.purgeShare, "purge-share", scheduler.DefaultPurgeShare, "the share of the time the purge works, in (0, 1]: it rests between chunks of runs so that the store serves the live work (1: never rests)")
 	fs.BoolVar(&o.archive, "archive", os.Getenv("DURABLE_ARCHIVE") == "1", "before purging a run, write it with its checkpoints and audit to the Object Store bucket "+client.ArchiveBucket+" (one gzipped JSON document), which `durable runs show` reads; or DURABLE_ARCHIVE=1")
 	fs.Var(&o.archiveTTL, "archive-retention", "with --archive, when it creates the bucket: keep an archived run this long (0: for ever)")
 	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
@@ -172,6 +174,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.archive && o.runRetention == 0 {
 		return nil, service.Usagef("scheduler: --archive with --retention 0: nothing is purged, so nothing would be archived")
+	}
+	if !(o.purgeShare > 0 && o.purgeShare <= 1) {
+		return nil, service.Usagef("scheduler: --purge-share %g: want a share of the time above 0 and at most 1", o.purgeShare)
 	}
 	if o.purgeRate < 1 {
 		return nil, service.Usagef("scheduler: --purge-rate %d: want at least 1 run a second", o.purgeRate)
@@ -231,7 +236,7 @@ func (r *runner) run(ctx context.Context) error {
 
 func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*scheduler.Scheduler, error) {
 	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Interval: r.o.interval, StuckAfter: r.o.stuck, StepTimeout: r.o.stepTimeout, Lease: r.o.lease, Parallel: r.o.parallel, Logger: &r.log,
-		Retention: time.Duration(r.o.runRetention), TombstoneRetention: time.Duration(r.o.tombstones), PurgeRate: r.o.purgeRate}
+		Retention: time.Duration(r.o.runRetention), TombstoneRetention: time.Duration(r.o.tombstones), PurgeRate: r.o.purgeRate, PurgeShare: r.o.purgeShare}
 	if r.o.retention > 0 {
 		blobs, err := r.o.conn.OpenBlobs(ctx, s)
 		if err != nil {
