@@ -64,6 +64,17 @@ type countDelta struct {
 
 func endedStatus(st checkpoint.Status) bool { return slices.Contains(endedStatuses, st) }
 
+// tombPair counts the tombstones kept, in the same keys as the ended runs
+// (no status is named so): a purge that leaves a tombstone adds one in
+// its shard, and the recount counts the tombstones' count entries, which
+// expire with them. A base written before tombstones were counted lacks
+// it until the first recount of a version that counts them: Tombstones
+// counts the entries until then.
+const tombPair = "=tomb."
+
+// tombDelta is the count of one tombstone more.
+var tombDelta = countDelta{st: "=tomb", n: 1}
+
 func pairKey(st checkpoint.Status, wf string) string { return string(st) + "." + wf }
 
 // endedDeltas are the changes to the counts of a write that moves a run
@@ -298,8 +309,13 @@ func (s *Store) recountEnded(ctx context.Context) (map[string]int64, error) {
 			pairs = append(pairs, countDelta{st: st, wf: wf})
 		}
 	}
+	pairs = append(pairs, countDelta{st: tombDelta.st})
 	err = parallel(len(pairs), func(i int) error {
-		n, err := s.countPrefix(ctx, statusList(pairs[i].st, pairs[i].wf).entryFilter())
+		filter := tombFilter
+		if pairs[i].st != tombDelta.st {
+			filter = statusList(pairs[i].st, pairs[i].wf).entryFilter()
+		}
+		n, err := s.countPrefix(ctx, filter)
 		pairs[i].n = n
 		return err
 	})
@@ -308,8 +324,8 @@ func (s *Store) recountEnded(ctx context.Context) (map[string]int64, error) {
 	}
 	out := map[string]int64{}
 	for _, p := range pairs {
-		if p.n != 0 {
-			out[pairKey(p.st, p.wf)] = p.n
+		if k := pairKey(p.st, p.wf); p.n != 0 || k == tombPair {
+			out[k] = p.n // the tombstones' pair even at 0: they are counted
 		}
 	}
 	return out, nil
@@ -318,7 +334,7 @@ func (s *Store) recountEnded(ctx context.Context) (map[string]int64, error) {
 // initCounts writes an empty base on a bucket New just created: no run
 // was written before it, so the shards count every one.
 func (s *Store) initCounts(ctx context.Context) error {
-	doc, err := marshal(countDoc{C: map[string]int64{}, At: time.Now().UnixMilli()})
+	doc, err := marshal(countDoc{C: map[string]int64{tombPair: 0}, At: time.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}
@@ -410,6 +426,11 @@ func correct(b *countDoc, s1, s2, counted map[string]int64, now time.Time) count
 		default:
 			next.D[p] = d
 		}
+	}
+	if _, ok := next.C[tombPair]; !ok {
+		// A base from before tombstones were counted: take the count.
+		next.C[tombPair] = counted[tombPair] - s2[tombPair]
+		delete(next.D, tombPair)
 	}
 	next.At, next.DAt = now.UnixMilli(), now.UnixMilli()
 	if b != nil && len(b.D) > 0 && !confirmed {

@@ -378,8 +378,8 @@ func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
 	}
 	for p, n := range ended {
 		st, wf, _ := strings.Cut(p, ".")
-		if n <= 0 {
-			continue // drift a crash left, until the recount
+		if n <= 0 || p == tombPair {
+			continue // drift a crash left, until the recount; the tombstones
 		}
 		add("", checkpoint.Status(st), n)
 		if wf != noWorkflow {

@@ -309,10 +309,26 @@ func TestTombstoneExpires(t *testing.T) {
 	if _, err := s.CreateRun(ctx, checkpoint.Run{ID: "reused", Status: checkpoint.StatusRunning, Step: 1}); !errors.Is(err, checkpoint.ErrRunExists) {
 		t.Fatalf("CreateRun while the tombstone is kept: %v, want ErrRunExists", err)
 	}
-	testenv.Eventually(t, 10*time.Second, "the tombstone and its count to expire", func() bool {
+	if n, err := s.Tombstones(ctx); err != nil || n != 1 {
+		t.Fatalf("Tombstones while it is kept = %d, %v; want 1", n, err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the tombstone to expire", func() bool {
 		_, err := s.GetRun(ctx, "reused")
-		n, cerr := s.Tombstones(ctx)
-		return errors.Is(err, checkpoint.ErrNotFound) && !errors.Is(err, checkpoint.ErrPurged) && cerr == nil && n == 0
+		return errors.Is(err, checkpoint.ErrNotFound) && !errors.Is(err, checkpoint.ErrPurged)
+	})
+	// The count of tombstones is a counter: the recount takes the expired
+	// one out once it found it gone twice, two minutes apart.
+	// (Its count entry expires by its own TTL, a moment after it.)
+	at := time.Now().Add(2 * time.Hour)
+	testenv.Eventually(t, 10*time.Second, "the recount to take out the expired tombstone", func() bool {
+		at = at.Add(10 * time.Minute)
+		for _, when := range []time.Time{at, at.Add(3 * time.Minute)} {
+			if err := kvstore.MaintainCountsAt(ctx, s, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := s.Tombstones(ctx)
+		return err == nil && n == 0
 	})
 	fresh, err := s.CreateRun(ctx, checkpoint.Run{ID: "reused", Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1})
 	if err != nil {
@@ -323,6 +339,52 @@ func TestTombstoneExpires(t *testing.T) {
 		t.Fatalf("the new run finds the old one's keys: %+v, %v", snap, err)
 	}
 	onlyKeys(t, js, bucket, "reused", keysOfFresh(t, js, bucket)...)
+}
+
+// Tombstones reads the counters, not the tombstones: on a bucket whose
+// base of the counts was written by a version that did not count them
+// (no tombstones' pair), it counts the tombstones' entries until the
+// first recount of this version adds the pair; from then on a purge
+// counts its tombstone in its shard.
+func TestTombstonesCountedAfterUpgrade(t *testing.T) {
+	js := connect(t)
+	s, bucket := newStore(t, js)
+	ctx := testCtx(t)
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The base as the previous version wrote it.
+	if _, err := kv.Put(ctx, "run.=ix.c.=", []byte(`{"c":{},"at":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"old-1", "old-2"} {
+		if err := s.Purge(ctx, fullRun(t, s, id), time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh, err := kvstore.New(ctx, js, kvstore.Options{Bucket: bucket}) // no shard of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := fresh.Tombstones(ctx); err != nil || n != 2 {
+		t.Fatalf("Tombstones on the old base = %d, %v; want 2, counted from the entries", n, err)
+	}
+	if err := kvstore.MaintainCountsAt(ctx, fresh, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "run.=ix.c.=")
+	if err != nil || !strings.Contains(string(e.Value()), `"=tomb.":`) {
+		t.Fatalf("base after the recount: %s, %v; want the tombstones' pair", e.Value(), err)
+	}
+	if err := fresh.Purge(ctx, fullRun(t, fresh, "new-1"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*kvstore.Store{s, fresh} {
+		if n, err := st.Tombstones(ctx); err != nil || n != 3 {
+			t.Fatalf("Tombstones from the counters = %d, %v; want 3", n, err)
+		}
+	}
 }
 
 // keysOfFresh are the keys of a run "reused" just created in workflow
