@@ -142,13 +142,20 @@ type HistoryResult struct {
 	PurgeRunsPerS     *float64 `json:"purge_runs_per_s,omitempty"`
 	BytesPerTombstone *float64 `json:"bytes_per_tombstone,omitempty"`
 	PurgeSeconds      float64  `json:"purge_s,omitempty"`
-	// PurgeRate is the pace of the paced purge (runs/s).
-	PurgeRate        int   `json:"purge_rate,omitempty"`
-	StoreBytesPurged int64 `json:"store_bytes_purged,omitempty"`
+	// PurgeRate is the pace of the paced purge (runs/s), at most;
+	// PacedPurgeRunsPerS what it purged a second while the live work's
+	// figures were taken (the default share of the time, unless the
+	// store was slower).
+	PurgeRate          int     `json:"purge_rate,omitempty"`
+	PacedPurgeRunsPerS float64 `json:"paced_purge_runs_per_s,omitempty"`
+	StoreBytesPurged   int64   `json:"store_bytes_purged,omitempty"`
 	// DuringPurge are the live work's figures taken while a purge at the
-	// scheduler's default pace ran (TwinDuringPurge the twin's, on the
-	// same servers); PurgeRatios divide them by Full, the same store just
-	// before. PurgeRunsPerS is the unpaced purge's rate.
+	// scheduler's default pace ran, TwinDuringPurge the twin's in the same
+	// rounds. PurgeRatios are what the purge costs each figure: its ratio
+	// to the twin during the purge over its ratio to the twin just before
+	// (Full to TwinFull), which takes out the machine's load of each
+	// moment and the history's own cost. PurgeRunsPerS is the unpaced
+	// purge's rate.
 	DuringPurge      HistoryFigures     `json:"during_purge"`
 	TwinDuringPurge  HistoryFigures     `json:"twin_during_purge"`
 	PurgeRatios      map[string]float64 `json:"ratios_during_purge,omitempty"`
@@ -274,9 +281,10 @@ func (b *Bench) historyOn(ctx context.Context, sys *system, n int) (*HistoryResu
 
 // measurePurge purges the N ended runs as `durable scheduler
 // --retention` does, one scheduler, in two halves. The older half
-// unpaced (PurgeRate unbounded): the most one scheduler takes from the
-// store, PurgeRunsPerS (bound HistoryPurgeBound). The newer half at the
-// scheduler's default pace (scheduler.DefaultPurgeRate) while the live
+// unpaced (PurgeRate unbounded, PurgeShare 1): the most one scheduler
+// takes from the store, PurgeRunsPerS (bound HistoryPurgeBound). The
+// newer half at the scheduler's default pace (scheduler.DefaultPurgeRate
+// and DefaultPurgeShare, unless the bench was given a rate) while the live
 // work's figures are taken again: DuringPurge, against Full (the same
 // store just before) and TwinDuringPurge. Then BytesPerTombstone: the
 // store's bytes after the purge, less the empty store's, per purged run.
@@ -288,7 +296,7 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	}
 	res := h.res
 	// The ended runs were created over historySpan before the live work.
-	older, err := h.purge(ctx, h.liveSince.Add(-historySpan/2), math.MaxInt32)
+	older, err := h.purge(ctx, h.liveSince.Add(-historySpan/2), math.MaxInt32, 1)
 	if err != nil {
 		return err
 	}
@@ -296,22 +304,32 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	res.PurgeRunsPerS = &rate
 	pace := cmp.Or(h.b.cfg.HistoryPurgeRate, scheduler.DefaultPurgeRate)
 	res.PurgeRate = pace
+	// The paced purge runs while the figures are taken, and stops after
+	// its chunk under way once they are; the rest goes unpaced.
 	done := make(chan purged, 1)
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
 	go func() {
-		p, err := h.purge(ctx, h.liveSince, pace)
+		p, err := h.purge(pctx, h.liveSince, pace, 0)
 		p.err = err
 		done <- p
 	}()
 	res.DuringPurge, res.TwinDuringPurge, err = h.measure(ctx, "during a paced purge")
+	stop()
 	newer := <-done
 	if err = errors.Join(err, newer.err); err != nil {
 		return err
 	}
-	if all := older.Purged + newer.Purged; all < res.EndedRuns {
+	rest, err := h.purge(ctx, h.liveSince, math.MaxInt32, 1)
+	if err != nil {
+		return err
+	}
+	if all := older.Purged + newer.Purged + rest.Purged; all < res.EndedRuns {
 		return fmt.Errorf("%s: purged %d of %d ended runs", h.label, all, res.EndedRuns)
 	}
-	res.PurgeSeconds = older.took.Seconds() + newer.took.Seconds()
-	res.PurgeRatios, res.WorstPurgeRatio, res.WorstPurgeFigure = ratiosOf(res.DuringPurge, res.Full)
+	res.PurgeSeconds = older.took.Seconds() + newer.took.Seconds() + rest.took.Seconds()
+	res.PacedPurgeRunsPerS = float64(newer.Purged) / newer.took.Seconds()
+	res.PurgeRatios, res.WorstPurgeRatio, res.WorstPurgeFigure = purgeCost(res)
 	if err := h.settle(ctx); err != nil {
 		return err
 	}
@@ -321,8 +339,9 @@ func (h *historyPhase) measurePurge(ctx context.Context) error {
 	}
 	tomb := float64(after-res.StoreBytesEmpty) / float64(res.EndedRuns)
 	res.StoreBytesPurged, res.BytesPerTombstone = after, &tomb
-	h.b.progress.linef("%-36s %d runs purged unpaced in %.1fs (%.0f/s), %d at %d/s in %.1fs, during which the worst figure was %.2fx (%s); %.0f bytes per tombstone",
-		h.label, older.Purged, older.took.Seconds(), rate, newer.Purged, pace, newer.took.Seconds(), res.WorstPurgeRatio, res.WorstPurgeFigure, tomb)
+	h.b.progress.linef("%-36s %d runs purged unpaced in %.1fs (%.0f/s); %d paced (at most %d/s, working %.0f%% of the time) in %.1fs (%.0f/s), during which the purge's worst cost was %.2fx (%s); %d unpaced after; %.0f bytes per tombstone",
+		h.label, older.Purged, older.took.Seconds(), rate, newer.Purged, pace, 100*scheduler.DefaultPurgeShare, newer.took.Seconds(), res.PacedPurgeRunsPerS,
+		res.WorstPurgeRatio, res.WorstPurgeFigure, rest.Purged, tomb)
 	return nil
 }
 
@@ -333,11 +352,12 @@ type purged struct {
 	err  error
 }
 
-// purge purges, with one scheduler at rate, the measured store's runs
-// that ended before cutoff.
-func (h *historyPhase) purge(ctx context.Context, cutoff time.Time, rate int) (purged, error) {
+// purge purges, with one scheduler at rate working share of the time (0:
+// the scheduler's default), the measured store's runs that ended before
+// cutoff.
+func (h *historyPhase) purge(ctx context.Context, cutoff time.Time, rate int, share float64) (purged, error) {
 	nop := zerolog.Nop()
-	sch, err := scheduler.New(scheduler.Config{Client: h.main.cl, Retention: time.Since(cutoff), PurgeRate: rate, Logger: &nop})
+	sch, err := scheduler.New(scheduler.Config{Client: h.main.cl, Retention: time.Since(cutoff), PurgeRate: rate, PurgeShare: share, Logger: &nop})
 	if err != nil {
 		return purged{}, err
 	}
@@ -353,6 +373,25 @@ func (r *HistoryResult) ratios() {
 	r.TwinRatios, r.WorstTwinRatio, r.WorstTwinFigure = ratiosOf(r.Full, r.TwinFull)
 	r.RatiosOK = r.WorstTwinRatio <= HistoryRatioBound
 	r.TwinRatiosEmpty, r.WorstTwinRatioEmpty, _ = ratiosOf(r.Empty, r.TwinEmpty)
+}
+
+// purgeCost divides each figure's ratio to the twin during the purge by
+// its ratio to the twin before it, and names the highest.
+func purgeCost(r *HistoryResult) (ratios map[string]float64, worst float64, worstName string) {
+	during, _, _ := ratiosOf(r.DuringPurge, r.TwinDuringPurge)
+	before, _, _ := ratiosOf(r.Full, r.TwinFull)
+	ratios = map[string]float64{}
+	for name, d := range during {
+		b, ok := before[name]
+		if !ok || b <= 0 {
+			continue
+		}
+		ratios[name] = d / b
+		if d/b > worst {
+			worst, worstName = d/b, name
+		}
+	}
+	return ratios, worst, worstName
 }
 
 // ratiosOf divides each timed figure of num by den's and names the
@@ -437,6 +476,9 @@ func writeHistory(b *strings.Builder, rs []HistoryResult) error {
 			mib(r.StoreBytesEmpty), mib(r.StoreBytesFull), r.BytesPerEndedRun, r.Template, r.Filled)
 		fmt.Fprintf(b, "fill: through the store (CreateRun + 9 Commits of the real run's record and checkpoints, %d at once): %.1fs, %.0f runs/s; CPU s: redis-server %.1f, bench process %.1f; quiet again after %.1fs\n",
 			r.FillConcurrency, r.FillSeconds, r.FillRunsPerS, r.FillCPU.Redis, r.FillCPU.Bench, r.SettleSeconds)
+		if err := writePurge(b, r); err != nil {
+			return err
+		}
 		if r.BytesPerTombstone == nil {
 			fmt.Fprintf(b, "purge: not built yet (bytes per tombstone and purge runs/s, bound %d per scheduler, wait for it)\n", HistoryPurgeBound)
 		} else {
@@ -444,6 +486,29 @@ func writeHistory(b *strings.Builder, rs []HistoryResult) error {
 		}
 		fmt.Fprintf(b, "phase %.1fs\n\n", r.PhaseSeconds)
 	}
+	return nil
+}
+
+// writePurge prints the live work's figures during the paced purge
+// beside the twin's in the same rounds, and what the purge cost each.
+func writePurge(b *strings.Builder, r HistoryResult) error {
+	if r.PurgeRatios == nil {
+		return nil
+	}
+	fmt.Fprintf(b, "during a purge at %d runs/s:\n", r.PurgeRate)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tduring the purge\ttwin, same rounds\tratio to twin\tbefore the purge\tthe purge's cost\t\n")
+	twin := r.TwinDuringPurge.timed()
+	during, _, _ := ratiosOf(r.DuringPurge, r.TwinDuringPurge)
+	for i, f := range r.DuringPurge.timed() {
+		fmt.Fprintf(tw, "%s\t%.2f ms\t%.2f ms\t%s\t%s\t%s\t\n", f.name, f.ms, twin[i].ms,
+			ratioOf(during, f.name), ratioOf(r.TwinRatios, f.name), ratioOf(r.PurgeRatios, f.name))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(b, "the purge's cost is the ratio to the twin during the purge over the ratio to the twin before it; worst %.2f (%s)\n",
+		r.WorstPurgeRatio, r.WorstPurgeFigure)
 	return nil
 }
 

@@ -63,7 +63,7 @@ func TestHistoryPhase(t *testing.T) {
 		t.Errorf("system %q, ended_runs %q in %q", fields["system"], fields["ended_runs"], line)
 	}
 	for _, k := range []string{"repair_ms", "list_page_ms", "gauges_ms", "start_p50_ms", "worst_ratio_to_empty", "bytes_per_ended_run", "runs_list_ms", "api_runs_ms", "worst_ratio_to_twin",
-		"bytes_per_tombstone", "purge_runs_per_s", "worst_ratio_during_purge"} {
+		"bytes_per_tombstone", "purge_runs_per_s", "worst_ratio_during_purge", "step_p50_ratio_during_purge"} {
 		v, err := strconv.ParseFloat(fields[k], 64)
 		if err != nil || v <= 0 {
 			t.Errorf("%s=%q in %q: want a positive number", k, fields[k], line)
@@ -74,9 +74,18 @@ func TestHistoryPhase(t *testing.T) {
 		t.Errorf("template %v, filled %v, fill %.0f runs/s, heap %.1f MiB, scan %.2f ms",
 			h.Template, h.Filled, h.FillRunsPerS, h.Empty.HeapInuseMiB, h.Full.ScanMS)
 	}
+	// The twin runs steps too, so step p50 and the purge's cost compare
+	// to it in the same rounds.
+	if h.TwinFull.StepP50MS <= 0 || h.TwinDuringPurge.StepP50MS <= 0 || h.PacedPurgeRunsPerS <= 0 {
+		t.Errorf("twin step p50 %.3f ms, during the purge %.3f ms, paced purge %.0f runs/s: want each measured",
+			h.TwinFull.StepP50MS, h.TwinDuringPurge.StepP50MS, h.PacedPurgeRunsPerS)
+	}
 	var text bytes.Buffer
 	if err := rep.WriteText(&text); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "the purge's cost") {
+		t.Errorf("the report has no table of the purge's cost:\n%s", text.String())
 	}
 	t.Logf("%s\n%s", progress.String(), text.String())
 }

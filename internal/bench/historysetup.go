@@ -43,8 +43,9 @@ type historyPhase struct {
 	settle     func(ctx context.Context) error
 	// rounds of each measure (historyRounds unless the bench shrinks it).
 	rounds int
-	// stepWorker runs the measured store's bench-linear steps.
-	stepWorker *workerProc
+	// stepWorkers run the bench-linear steps of the measured store and
+	// of its twin.
+	stepWorkers []*workerProc
 }
 
 // historyStore is one store of the phase, its live work and the
@@ -62,8 +63,8 @@ type historyStore struct {
 	inst              *historyInstruments
 	// probes counts the runs started to measure Start.
 	probes int
-	// stepper: a worker runs the store's bench-linear steps (the
-	// measured store only); stepRuns counts the runs it ran.
+	// stepper: a worker runs the store's bench-linear steps; stepRuns
+	// counts the runs it ran.
 	stepper  bool
 	stepRuns int
 	// waiting is how many runs the live work parks.
@@ -143,18 +144,22 @@ func (h *historyPhase) setUp(ctx context.Context) error {
 			return fmt.Errorf("%s: %w", h.label, err)
 		}
 	}
-	wp, err := h.startWorker(ctx, h.main, WorkloadFanOut)
-	if err != nil {
-		return err
+	// Each store has a step worker: step p50 compares to the twin's in
+	// the same rounds, as every other figure does.
+	for _, s := range []*historyStore{h.main, h.twin} {
+		wp, err := h.startWorker(ctx, s, WorkloadFanOut)
+		if err != nil {
+			return err
+		}
+		h.stepWorkers, s.stepper = append(h.stepWorkers, wp), true
 	}
-	h.stepWorker, h.main.stepper = wp, true
 	return nil
 }
 
 // close releases what setUp opened.
 func (h *historyPhase) close() {
-	if h.stepWorker != nil {
-		h.stepWorker.stop(workerGrace)
+	for _, wp := range h.stepWorkers {
+		wp.stop(workerGrace)
 	}
 	h.main.inst.close()
 	h.twin.inst.close()
