@@ -300,6 +300,9 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 	if s.name != "" {
 		label += ", " + s.name
 	}
+	if err := awaitRegistered(ctx, s.store, ParkWorkflow, 10*time.Second); err != nil {
+		return fmt.Errorf("%s: %w; worker log %s", label, err, wp.logPath)
+	}
 	h.b.progress.begin(label, s.waiting)
 	began := time.Now()
 	err = forEach(ctx, ids, parkStartConcurrency, func(ctx context.Context, id string) error {
@@ -322,6 +325,31 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 	}
 	h.b.progress.end("%d running runs queued, %d runs parked in %.1fs", HistoryRunningRuns, s.waiting, time.Since(began).Seconds())
 	return nil
+}
+
+// awaitRegistered polls store's workflows until workflow is among them,
+// for at most within: a worker that said it is ready registered it.
+func awaitRegistered(ctx context.Context, store checkpoint.Store, workflow string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		infos, err := store.Workflows(ctx)
+		if err != nil {
+			return fmt.Errorf("read the registered workflows: %w", err)
+		}
+		var names []string
+		for _, in := range infos {
+			if in.Name == workflow {
+				return nil
+			}
+			names = append(names, in.Name)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workflow %s not registered %s after its worker was ready (the store lists %v)", workflow, within, names)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // awaitWaiting polls run id until it waits, for at most within.
