@@ -142,10 +142,9 @@ func (s *Scheduler) purgeChunk(ctx context.Context, r checkpoint.Retention, runs
 // at most Config.PurgeShare of the time, and purges no more than
 // Config.PurgeRate runs a second.
 func (s *Scheduler) rest(ctx context.Context, n int, took time.Duration) {
-	wait := time.Duration(float64(took) * (1 - s.cfg.PurgeShare) / s.cfg.PurgeShare)
-	if byRate := time.Duration(n)*time.Second/time.Duration(s.cfg.PurgeRate) - took; byRate > wait {
-		wait = byRate
-	}
+	byShare := time.Duration(float64(took) * (1 - s.cfg.PurgeShare) / s.cfg.PurgeShare)
+	byRate := time.Duration(n)*time.Second/time.Duration(s.cfg.PurgeRate) - took
+	wait := max(byShare, byRate)
 	if wait <= 0 {
 		return
 	}

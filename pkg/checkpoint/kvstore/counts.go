@@ -70,7 +70,7 @@ func endedStatus(st checkpoint.Status) bool { return slices.Contains(endedStatus
 // expire with them. A base written before tombstones were counted lacks
 // it until the first recount of a version that counts them: Tombstones
 // counts the entries until then.
-const tombPair = "=tomb."
+var tombPair = pairKey(tombDelta.st, tombDelta.wf)
 
 // tombDelta is the count of one tombstone more.
 var tombDelta = countDelta{st: "=tomb", n: 1}
