@@ -26,36 +26,40 @@ const approvalLimit = 100
 // managers), pay exactly the amount once.
 func workflow(paymentsURL string) *steps.Workflow[Expense] {
 	p := payer{url: paymentsURL, http: &http.Client{Timeout: 10 * time.Second}}
-	return steps.New[Expense]("expense", 1).
-		Step("approve", approve).
+	w := steps.New[Expense]("expense", 1)
+	pay := w.Ref("pay") // registration fails if no step "pay" is added
+	return w.
+		Step("approve", approve(pay)).
 		Step("pay", p.pay)
 }
 
-func approve(_ context.Context, s *steps.Context, e Expense) (steps.Outcome[Expense], error) {
-	if e.Amount <= 0 {
-		return steps.Fail(e, fmt.Sprintf("amount must be a positive number, got %d", e.Amount)), nil
+// approve is the step that checks the amount and sends the expense to
+// step next: at once up to approvalLimit, above it once a manager
+// approved.
+func approve(next steps.Ref[Expense]) steps.StepFunc[Expense] {
+	return func(_ context.Context, s *steps.Context, e Expense) (steps.Outcome[Expense], error) {
+		if e.Amount <= 0 {
+			return steps.Fail(e, fmt.Sprintf("amount must be a positive number, got %d", e.Amount)), nil
+		}
+		if e.Amount <= approvalLimit {
+			return steps.Next(next, e), nil
+		}
+		req := steps.ApprovalRequest{
+			Payload:  map[string]any{"expense": s.RunID(), "amount": e.Amount, "currency": "EUR"},
+			Group:    "managers",
+			TTL:      72 * time.Hour,
+			OnExpiry: steps.ExpireReject,
+		}
+		d, wait, err := steps.Decision[Expense](s, req)
+		if d == nil {
+			return wait, err // parks: no worker holds the run while it waits
+		}
+		if !d.Approved() {
+			return steps.Fail(e, fmt.Sprintf("rejected by %s: %s", d.By, d.Reason)), nil
+		}
+		e.ApprovedBy = d.By
+		return steps.Next(next, e), nil
 	}
-	if e.Amount <= approvalLimit {
-		return steps.Next("pay", e), nil
-	}
-	req := steps.ApprovalRequest{
-		Payload:  map[string]any{"expense": s.RunID(), "amount": e.Amount, "currency": "EUR"},
-		Group:    "managers",
-		TTL:      72 * time.Hour,
-		OnExpiry: steps.ExpireReject,
-	}
-	d, err := s.Approval(req)
-	if err != nil {
-		return steps.Outcome[Expense]{}, err
-	}
-	if d == nil {
-		return steps.Park[Expense](req), nil // no worker holds the run while it waits
-	}
-	if !d.Approved() {
-		return steps.Fail(e, fmt.Sprintf("rejected by %s: %s", d.By, d.Reason)), nil
-	}
-	e.ApprovedBy = d.By
-	return steps.Next("pay", e), nil
 }
 
 type payer struct {

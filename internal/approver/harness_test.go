@@ -177,7 +177,9 @@ type claim struct {
 // adjusters) with payload {run, amount}; approved, it goes on to "done";
 // rejected, the run fails.
 func approvalFlow() *steps.Workflow[claim] {
-	return steps.New[claim]("approval", 1).
+	w := steps.New[claim]("approval", 1)
+	done := w.Ref("done")
+	return w.
 		Step("ask", func(_ context.Context, s *steps.Context, st claim) (steps.Outcome[claim], error) {
 			if st.Group == "" {
 				st.Group = "adjusters"
@@ -197,7 +199,7 @@ func approvalFlow() *steps.Workflow[claim] {
 				return steps.Fail(st, "rejected by "+d.By), nil
 			}
 			st.Trail = append(st.Trail, "approved-by-"+d.By+"-via-"+d.Channel)
-			return steps.Next("done", st), nil
+			return steps.Next(done, st), nil
 		}).
 		Step("done", func(_ context.Context, _ *steps.Context, st claim) (steps.Outcome[claim], error) {
 			return steps.Complete(st), nil

@@ -25,29 +25,31 @@ type shipment struct {
 // signalFlow waits for the signal "delivered", which any token may send,
 // and completes with its data.
 func signalFlow() *steps.Workflow[shipment] {
-	return steps.New[shipment]("shipping", 1).
-		Signals("delivered").
-		Step("await", awaitDelivered)
+	w := steps.New[shipment]("shipping", 1)
+	return w.Step("await", awaitDelivered(w.Signal("delivered")))
 }
 
 // guardedFlow is signalFlow whose "delivered" only tokens of group claims
 // (and operators) may send through the API.
 func guardedFlow() *steps.Workflow[shipment] {
-	return steps.New[shipment]("guarded", 1).
-		SignalFrom("delivered", "claims").
-		Step("await", awaitDelivered)
+	w := steps.New[shipment]("guarded", 1)
+	return w.Step("await", awaitDelivered(w.Signal("delivered", "claims")))
 }
 
-func awaitDelivered(_ context.Context, s *steps.Context, st shipment) (steps.Outcome[shipment], error) {
-	sig, err := s.Signal("delivered")
-	if err != nil {
-		return steps.Outcome[shipment]{}, err
+// awaitDelivered is the step that waits for signal delivered and
+// completes with its data.
+func awaitDelivered(delivered steps.SignalRef[shipment]) steps.StepFunc[shipment] {
+	return func(_ context.Context, s *steps.Context, st shipment) (steps.Outcome[shipment], error) {
+		sig, err := s.Signal(delivered.Name())
+		if err != nil {
+			return steps.Outcome[shipment]{}, err
+		}
+		if sig == nil {
+			return steps.AwaitSignal(delivered, time.Hour), nil
+		}
+		st.Delivered, st.By = sig.Data, sig.By
+		return steps.Complete(st), nil
 	}
-	if sig == nil {
-		return steps.AwaitSignal[shipment]("delivered", time.Hour), nil
-	}
-	st.Delivered, st.By = sig.Data, sig.By
-	return steps.Complete(st), nil
 }
 
 func (h *harness) awaitSignal(id string) checkpoint.Run {
@@ -184,7 +186,7 @@ func (h *harness) lastState(id string) json.RawMessage {
 }
 
 // Issue 23 item 10: a workflow declares which token groups may send a
-// signal (Workflow.SignalFrom). A token outside them gets 403, logged with
+// signal (Workflow.Signal). A token outside them gets 403, logged with
 // the caller, and the run is unchanged; a token of the groups, or of
 // operators, is delivered; signed events keep their HMAC and no groups;
 // a workflow record written before groups existed lets any token send.

@@ -67,6 +67,10 @@ func Input(runID string) json.RawMessage {
 // Registry holds only the claims-9 workflow.
 func Registry() *steps.Registry {
 	wf := steps.New[State](Workflow, WorkflowVersion)
+	refs := make([]steps.Ref[State], len(StepNames))
+	for i, name := range StepNames {
+		refs[i] = wf.Ref(name)
+	}
 	for i, name := range StepNames {
 		n := i + 1
 		wf.Step(name, func(_ context.Context, _ *steps.Context, s State) (steps.Outcome[State], error) {
@@ -74,7 +78,7 @@ func Registry() *steps.Registry {
 			if n == StepsPerRun {
 				return steps.Complete(s), nil
 			}
-			return steps.Next(StepNames[n], s), nil
+			return steps.Next(refs[n], s), nil
 		})
 	}
 	return steps.NewRegistry().MustRegister(wf)
@@ -124,23 +128,21 @@ func ParkInput(id string, ttl time.Duration) json.RawMessage {
 // until a decision: approved completes the run, rejected (an expiry
 // included) fails it.
 func ParkRegistry() *steps.Registry {
-	wf := steps.New[ParkState](ParkWorkflow, ParkWorkflowVersion).
-		Step("approve", func(_ context.Context, s *steps.Context, st ParkState) (steps.Outcome[ParkState], error) {
-			req := steps.ApprovalRequest{
-				Payload: ParkPayload{RunID: st.RunID, Amount: st.Amount, Reason: "payout over 1000"},
-				Group:   parkGroup, TTL: time.Duration(st.TTLMS) * time.Millisecond, OnExpiry: steps.ExpireReject,
-			}
-			d, err := s.Approval(req)
-			switch {
-			case err != nil:
-				return steps.Outcome[ParkState]{}, err
-			case d == nil:
-				return steps.Park[ParkState](req), nil
-			case !d.Approved():
-				return steps.Fail(st, "approval rejected: "+d.Reason), nil
-			}
-			return steps.Complete(st), nil
-		})
+	wf := steps.New[ParkState](ParkWorkflow, ParkWorkflowVersion)
+	wf.Step("approve", func(_ context.Context, s *steps.Context, st ParkState) (steps.Outcome[ParkState], error) {
+		req := steps.ApprovalRequest{
+			Payload: ParkPayload{RunID: st.RunID, Amount: st.Amount, Reason: "payout over 1000"},
+			Group:   parkGroup, TTL: time.Duration(st.TTLMS) * time.Millisecond, OnExpiry: steps.ExpireReject,
+		}
+		d, wait, err := steps.Decision[ParkState](s, req)
+		switch {
+		case d == nil:
+			return wait, err
+		case !d.Approved():
+			return steps.Fail(st, "approval rejected: "+d.Reason), nil
+		}
+		return steps.Complete(st), nil
+	})
 	return steps.NewRegistry().MustRegister(wf)
 }
 
@@ -171,35 +173,37 @@ func work(ctx context.Context, ms int) error {
 
 // FanOutRegistry holds bench-fanout and bench-linear.
 func FanOutRegistry() *steps.Registry {
-	fan := steps.New[SpreadState](FanOutWorkflow, 1).
-		Step("split", func(_ context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
-			bs := make([]steps.Branch, st.N)
-			for i := range bs {
-				bs[i] = steps.Branch{Step: "leaf", Input: SpreadState{N: i + 1, WorkMS: st.WorkMS}}
-			}
-			return steps.FanOut("join", st, bs...), nil
-		}).
-		Branch("leaf", steps.BranchFunc(func(ctx context.Context, _ *steps.Context, in SpreadState) (int, error) {
-			return in.N, work(ctx, in.WorkMS)
-		})).
-		Step("join", func(_ context.Context, s *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
-			outs, err := steps.BranchOutputs[int](s)
-			if err != nil {
-				return steps.Outcome[SpreadState]{}, err
-			}
-			st.Done = len(outs)
+	fan := steps.New[SpreadState](FanOutWorkflow, 1)
+	join := fan.Ref("join")
+	leaf := steps.AddBranch(fan, "leaf", func(ctx context.Context, _ *steps.Context, in SpreadState) (int, error) {
+		return in.N, work(ctx, in.WorkMS)
+	})
+	fan.Step("split", func(_ context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+		bs := make([]steps.Branch, st.N)
+		for i := range bs {
+			bs[i] = leaf.With(SpreadState{N: i + 1, WorkMS: st.WorkMS})
+		}
+		return steps.FanOut(join, st, bs...), nil
+	})
+	fan.Step("join", func(_ context.Context, s *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+		outs, err := leaf.Outputs(s)
+		if err != nil {
+			return steps.Outcome[SpreadState]{}, err
+		}
+		st.Done = len(outs)
+		return steps.Complete(st), nil
+	})
+	line := steps.New[SpreadState](LinearWorkflow, 1)
+	step := line.Ref("step")
+	line.Step("step", func(ctx context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
+		if err := work(ctx, st.WorkMS); err != nil {
+			return steps.Outcome[SpreadState]{}, err
+		}
+		st.Done++
+		if st.Done >= st.N {
 			return steps.Complete(st), nil
-		})
-	line := steps.New[SpreadState](LinearWorkflow, 1).
-		Step("step", func(ctx context.Context, _ *steps.Context, st SpreadState) (steps.Outcome[SpreadState], error) {
-			if err := work(ctx, st.WorkMS); err != nil {
-				return steps.Outcome[SpreadState]{}, err
-			}
-			st.Done++
-			if st.Done >= st.N {
-				return steps.Complete(st), nil
-			}
-			return steps.Next("step", st), nil
-		})
+		}
+		return steps.Next(step, st), nil
+	})
 	return steps.NewRegistry().MustRegister(fan, line)
 }

@@ -140,6 +140,10 @@ type loop struct {
 	tools map[string]*Tool
 	defs  []model.ToolDef
 	fp    Fingerprint
+	// The steps' Refs: the model's turn, the tools' step, and with
+	// ParallelTools the branch of one call and the join.
+	model, tool, toolJoin steps.Ref[State]
+	toolCall              steps.BranchRef[branchCall, Result]
 }
 
 // New builds the loop's workflow. Configuration errors (no model, a tool
@@ -172,14 +176,18 @@ func New(cfg Config) *steps.Workflow[State] {
 				return State{}, err
 			}
 			return l.init(raw)
-		}).
-		Step(StepModel, l.think, opts...)
+		})
+	l.model, l.tool = wf.Ref(StepModel), wf.Ref(StepTool)
+	wf.Step(StepModel, l.think, opts...)
 	if !cfg.ParallelTools {
-		return wf.Step(StepTool, l.act, opts...)
+		wf.Step(StepTool, l.act, opts...)
+		return wf
 	}
-	return wf.Step(StepTool, l.fanOut, opts...).
-		Branch(StepToolCall, steps.BranchFunc(l.callOne), opts...).
-		Step(StepToolJoin, l.join, opts...)
+	l.toolJoin = wf.Ref(StepToolJoin)
+	wf.Step(StepTool, l.fanOut, opts...)
+	l.toolCall = steps.AddBranch(wf, StepToolCall, l.callOne, opts...)
+	wf.Step(StepToolJoin, l.join, opts...)
+	return wf
 }
 
 func (l *loop) check() error {
@@ -342,7 +350,7 @@ func (l *loop) think(ctx context.Context, s *steps.Context, st State) (steps.Out
 	}
 	if len(res.ToolCalls) > 0 {
 		st.Pending, st.Done = res.ToolCalls, nil
-		return steps.Next(StepTool, st), nil
+		return steps.Next(l.tool, st), nil
 	}
 	st.Answer = res.Text
 	return steps.Complete(st), nil
@@ -395,7 +403,7 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 		return o, err
 	}
 	if len(st.Pending) == 0 {
-		return steps.Next(StepModel, st), nil
+		return steps.Next(l.model, st), nil
 	}
 	call := st.Pending[0]
 	key := Key(s.IdempotencyKey())
@@ -431,14 +439,14 @@ func (l *loop) act(ctx context.Context, s *steps.Context, st State) (steps.Outco
 	st.Done = append(st.Done, res)
 	st.Pending = st.Pending[1:]
 	if len(st.Pending) > 0 {
-		return steps.Next(StepTool, st), nil
+		return steps.Next(l.tool, st), nil
 	}
 	st.History.Append(Entry{Role: model.RoleUser, Results: st.Done})
 	st.Done = nil
 	if err := st.History.seal(ctx, s, l.cfg.TailLimit); err != nil {
 		return steps.Outcome[State]{}, err
 	}
-	return steps.Next(StepModel, st), nil
+	return steps.Next(l.model, st), nil
 }
 
 // approve applies the tool's approval gate to call: the request to park

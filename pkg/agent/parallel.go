@@ -23,7 +23,7 @@ func (l *loop) fanOut(ctx context.Context, s *steps.Context, st State) (steps.Ou
 		return o, err
 	}
 	if len(st.Pending) == 0 {
-		return steps.Next(StepModel, st), nil
+		return steps.Next(l.model, st), nil
 	}
 	branches := make([]steps.Branch, len(st.Pending))
 	for i, call := range st.Pending {
@@ -41,9 +41,9 @@ func (l *loop) fanOut(ctx context.Context, s *steps.Context, st State) (steps.Ou
 			}
 			in.Rejected = rejected
 		}
-		branches[i] = steps.Branch{Step: StepToolCall, Input: in}
+		branches[i] = l.toolCall.With(in)
 	}
-	return steps.FanOut(StepToolJoin, st, branches...), nil
+	return steps.FanOut(l.toolJoin, st, branches...), nil
 }
 
 // callOne is a tool-call branch: it runs one call with the branch's key.
@@ -73,7 +73,7 @@ func (l *loop) callOne(ctx context.Context, s *steps.Context, in branchCall) (Re
 // join collects the branches' results in call order, counts each call
 // once, and goes back to the model.
 func (l *loop) join(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
-	results, err := steps.BranchOutputs[Result](s)
+	results, err := l.toolCall.Outputs(s)
 	if err != nil {
 		return steps.Outcome[State]{}, err
 	}
@@ -83,7 +83,7 @@ func (l *loop) join(ctx context.Context, s *steps.Context, st State) (steps.Outc
 	if err := st.History.seal(ctx, s, l.cfg.TailLimit); err != nil {
 		return steps.Outcome[State]{}, err
 	}
-	return steps.Next(StepModel, st), nil
+	return steps.Next(l.model, st), nil
 }
 
 // approveOf is approve for one of several gated calls of one step: each

@@ -4,22 +4,22 @@
 // size: a few hundred bytes) in its state; a later step reads them back
 // with GetBlob. A checkpoint stays small however large the document.
 //
-//	func fetch(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+//	w := steps.New[Claim]("claims", 1)
+//	assess := w.Ref("assess")
+//	w.Step("fetch", func(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
 //		pdf, err := download(ctx, c.DocumentURL) // your client
 //		if err != nil {
 //			return steps.Outcome[Claim]{}, err
 //		}
-//		c.Document, err = s.PutBlob(ctx, "claim-form.pdf", pdf)
+//		c.Document, err = s.PutBlob(ctx, "claim-form.pdf", pdf) // a blob.Ref
 //		if err != nil {
 //			return steps.Outcome[Claim]{}, err
 //		}
-//		return steps.Next("assess", c), nil
-//	}
-//
-//	func assess(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
-//		pdf, err := s.GetBlob(ctx, c.Document) // verified against the Ref's digest
+//		return steps.Next(assess, c), nil
+//	}).Step("assess", func(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+//		pdf, err := s.GetBlob(ctx, c.Document) // verified against the blob.Ref's digest
 //		...
-//	}
+//	})
 //
 // Names are per logical step and content (see ObjectName): a retried step
 // that stores the same bytes again uploads nothing, and one that stores

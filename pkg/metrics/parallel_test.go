@@ -21,11 +21,12 @@ type n struct {
 // and outcome.
 func TestParallelWorkMetrics(t *testing.T) {
 	f := testfleet.New(t, "redis")
-	fan := steps.New[n]("mfan", 1).
-		Step("split", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
-			return steps.FanOut("join", st, steps.Branch{Step: "leaf", Input: 1}, steps.Branch{Step: "leaf", Input: 2}, steps.Branch{Step: "leaf", Input: 3}), nil
-		}).
-		Branch("leaf", steps.BranchFunc(func(_ context.Context, _ *steps.Context, i int) (int, error) { return i, nil })).
+	fan := steps.New[n]("mfan", 1)
+	join := fan.Ref("join")
+	fanLeaf := steps.AddBranch(fan, "leaf", func(_ context.Context, _ *steps.Context, i int) (int, error) { return i, nil })
+	fan.Step("split", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
+		return steps.FanOut(join, st, fanLeaf.With(1), fanLeaf.With(2), fanLeaf.With(3)), nil
+	}).
 		Step("join", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
 			return steps.Complete(st), nil
 		})
@@ -33,9 +34,11 @@ func TestParallelWorkMetrics(t *testing.T) {
 		Step("only", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
 			return steps.Complete(st), nil
 		})
-	parent := steps.New[n]("mparent", 1).
+	parent := steps.New[n]("mparent", 1)
+	end := parent.Ref("end")
+	parent.
 		Step("start", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
-			return steps.StartChildren("end", st, steps.Child{Workflow: "mleaf"}, steps.Child{Workflow: "mleaf"}), nil
+			return steps.StartChildren(end, st, steps.Child{Workflow: "mleaf"}, steps.Child{Workflow: "mleaf"}), nil
 		}).
 		Step("end", func(_ context.Context, _ *steps.Context, st n) (steps.Outcome[n], error) {
 			return steps.Complete(st), nil

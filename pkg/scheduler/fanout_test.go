@@ -54,13 +54,14 @@ func TestStuckFanOutRepaired(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			f := testfleet.New(t, kind)
-			flow := steps.New[one]("fanrep", 1).
+			flow := steps.New[one]("fanrep", 1)
+			branch := steps.AddBranch(flow, "one", func(_ context.Context, _ *steps.Context, in one) (one, error) { return in, nil })
+			flow.
 				Step("split", func(_ context.Context, _ *steps.Context, st one) (steps.Outcome[one], error) {
 					return steps.Outcome[one]{}, fmt.Errorf("the fan-out is seeded by the test")
 				}).
-				Branch("one", steps.BranchFunc(func(_ context.Context, _ *steps.Context, in one) (one, error) { return in, nil })).
 				Step("sum", func(_ context.Context, s *steps.Context, st one) (steps.Outcome[one], error) {
-					outs, err := steps.BranchOutputs[one](s)
+					outs, err := branch.Outputs(s)
 					if err != nil {
 						return steps.Outcome[one]{}, err
 					}

@@ -173,9 +173,11 @@ func TestDurableTimer(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			f := testfleet.New(t, kind)
 			var woke time.Time
-			flow := steps.New[state]("sleeper", 1).
+			flow := steps.New[state]("sleeper", 1)
+			after := flow.Ref("after")
+			flow.
 				Step("start", func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
-					return steps.SleepUntil("after", st, time.Now().Add(500*time.Millisecond)), nil
+					return steps.SleepUntil(after, st, time.Now().Add(500*time.Millisecond)), nil
 				}).
 				Step("after", func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
 					woke = time.Now()
@@ -222,12 +224,13 @@ func TestTimerAfterTimer(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			f := testfleet.New(t, kind)
-			sleep := func(next string) steps.StepFunc[state] {
+			sleep := func(next steps.Ref[state]) steps.StepFunc[state] {
 				return func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
 					return steps.SleepUntil(next, st, time.Now().Add(100*time.Millisecond)), nil
 				}
 			}
-			flow := steps.New[state]("twice", 1).Step("a", sleep("b")).Step("b", sleep("c")).
+			flow := steps.New[state]("twice", 1)
+			flow.Step("a", sleep(flow.Ref("b"))).Step("b", sleep(flow.Ref("c"))).
 				Step("c", func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
 					return steps.Complete(st), nil
 				})
@@ -317,11 +320,12 @@ func TestRepeatedRepairCountsOnce(t *testing.T) {
 // at its max-steps cap, with the reason.
 func TestMaxStepsCap(t *testing.T) {
 	f := testfleet.New(t, "redis")
-	loop := steps.New[state]("forever", 1).
-		WithCaps(steps.Caps{MaxSteps: 7}).
+	loop := steps.New[state]("forever", 1)
+	think := loop.Ref("think")
+	loop.WithCaps(steps.Caps{MaxSteps: 7}).
 		Step("think", func(_ context.Context, _ *steps.Context, st state) (steps.Outcome[state], error) {
 			st.N++
-			return steps.Next("think", st), nil
+			return steps.Next(think, st), nil
 		})
 	f.StartWorker(steps.NewRegistry().MustRegister(loop), nil)
 	f.Start("forever", "loop-1", "")
@@ -339,12 +343,13 @@ func TestMaxStepsCap(t *testing.T) {
 // summed from what committed steps reported.
 func TestMaxSpendCap(t *testing.T) {
 	f := testfleet.New(t, "kv")
-	loop := steps.New[state]("spender", 1).
-		WithCaps(steps.Caps{MaxSpend: 3.5}).
+	loop := steps.New[state]("spender", 1)
+	callModel := loop.Ref("call-model")
+	loop.WithCaps(steps.Caps{MaxSpend: 3.5}).
 		Step("call-model", func(_ context.Context, s *steps.Context, st state) (steps.Outcome[state], error) {
 			s.Spend(1.0)
 			st.N++
-			return steps.Next("call-model", st), nil
+			return steps.Next(callModel, st), nil
 		})
 	f.StartWorker(steps.NewRegistry().MustRegister(loop), nil)
 	f.Start("spender", "spend-1", "")

@@ -19,14 +19,14 @@ type Child struct {
 
 // StartChildren commits state and starts the child runs, then the run
 // waits, holding no worker, until every child has ended (completed,
-// failed, cancelled or dead); then the step named next runs on state and
-// reads their outcomes with ChildResults. Cancelling the run cancels its
+// failed, cancelled or dead); then step next runs on state and reads
+// their outcomes with ChildResults. (RunChildren does both in one step.) Cancelling the run cancels its
 // children. A child that can't start (its input does not match its
 // workflow's schema, or no worker registered its workflow) sends the run
 // to the dead letters with the reason; redrive it once that is fixed. At
 // most checkpoint.MaxBranches children; with none, next runs at once.
-func StartChildren[S any](next string, state S, children ...Child) Outcome[S] {
-	return Outcome[S]{kind: KindChildren, next: next, state: state, children: children}
+func StartChildren[S any](next Ref[S], state S, children ...Child) Outcome[S] {
+	return Outcome[S]{kind: KindChildren, next: next.name, nextOf: next.w, state: state, children: children}
 }
 
 // ChildResult is how a child run ended.
@@ -55,10 +55,7 @@ func (w *Workflow[S]) childRuns(s *Context, step string, children []Child) ([]ch
 	out := make([]checkpoint.Child, len(children))
 	seen := map[string]bool{}
 	for i, c := range children {
-		id := c.ID
-		if id == "" {
-			id = fmt.Sprintf("%s-s%d-%d", s.RunID(), s.Step(), i+1)
-		}
+		id := childID(s.RunID(), s.Step(), i, c)
 		if !checkpoint.ValidID(id) {
 			return nil, fmt.Errorf("workflow %s step %s: child %d: id %q: use 1-128 letters, digits, '-' or '_'", w.name, step, i+1, id)
 		}
@@ -79,4 +76,12 @@ func (w *Workflow[S]) childRuns(s *Context, step string, children []Child) ([]ch
 		out[i] = checkpoint.Child{ID: id, Workflow: c.Workflow, Input: in}
 	}
 	return out, nil
+}
+
+// childID is the id of child i (from 0) that step n of run starts.
+func childID(run string, n, i int, c Child) string {
+	if c.ID != "" {
+		return c.ID
+	}
+	return fmt.Sprintf("%s-s%d-%d", run, n, i+1)
 }

@@ -40,6 +40,10 @@ type ContextConfig struct {
 	// BranchOutputs are the outputs of the branches a join step follows,
 	// in branch order; nil in any other step.
 	BranchOutputs []json.RawMessage
+	// BranchSteps name the branch step of each output, in branch order
+	// (BranchRef.Outputs reads its own); nil takes every output for any
+	// branch step.
+	BranchSteps []string
 	// Children are how the child runs the step before started ended, in
 	// the order they were started; nil in any other step.
 	Children []ChildResult

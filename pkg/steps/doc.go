@@ -7,7 +7,9 @@
 //		Assessment string `json:"assessment"`
 //	}
 //
-//	func assess(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+//	w := steps.New[Claim]("claim", 1)
+//	finish := w.Ref("finish") // registering w fails if no step "finish" is added
+//	w.Step("assess", func(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
 //		// Journaled: a retry of this step gets the recorded answer back.
 //		a, err := steps.Call(ctx, s, "damage-model", c, func(ctx context.Context) (string, error) {
 //			return askModel(ctx, c) // your model client
@@ -16,18 +18,13 @@
 //			return steps.Outcome[Claim]{}, err // retried by the step's RetryPolicy
 //		}
 //		c.Assessment = a
-//		return steps.Next("finish", c), nil
-//	}
+//		return steps.Next(finish, c), nil
+//	}, steps.WithRetry(steps.RetryPolicy{Attempts: 8})).
+//		Step("finish", func(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+//			return steps.Complete(c), nil
+//		})
 //
-//	func finish(ctx context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
-//		return steps.Complete(c), nil
-//	}
-//
-//	reg := steps.NewRegistry().MustRegister(
-//		steps.New[Claim]("claim", 1).
-//			Step("assess", assess, steps.WithRetry(steps.RetryPolicy{Attempts: 8})).
-//			Step("finish", finish),
-//	)
+//	reg := steps.NewRegistry().MustRegister(w)
 //	workercmd.Main(workercmd.Config{Registry: reg}) // your worker binary (pkg/workercmd)
 //
 // The shape follows from what a worker may do to a step at any moment: crash,
@@ -50,22 +47,30 @@
 // function that makes the effect, journals the result and lists the effect
 // on the run.
 //
-// Waiting is a state. [Park] parks the run: the worker stores the request and
-// lets go, so a run can wait days without holding a process. When someone
-// decides, the same step runs again from its start and finds the decision with
-// [Context.Approval] — only if it was taken on the payload the step would
-// present now; [checkpoint.Approval.Approved] says which way it went.
+// Waiting is a state, read in one call. [Decision] returns the decision on
+// an approval request, or the outcome that parks the run on it: the worker
+// stores the request and lets go, so a run can wait days without holding a
+// process. When someone decides, the same step runs again from its start and
+// the same call returns the decision — only if it was taken on the payload
+// the step would present now; [checkpoint.Approval.Approved] says which way
+// it went. [Recv] does the same for a named signal, with a TTL, and
+// [RunChildren] for child runs:
 //
-// A step can also wait for a named signal: [AwaitSignal] parks the run and
-// [Context.Signal] reads what came. The workflow declares its signals with
-// [Workflow.Signals], which any valid token may send through the approver's
-// API, or with [Workflow.SignalFrom], which names the token groups that may
-// (and operators); signed events from known systems and `durable signal`
-// are not limited by groups.
+//	sig, wait, err := steps.Recv(s, reviewed, time.Hour)
+//	if sig == nil {
+//		return wait, err // parks; after an hour with none, the run goes dead
+//	}
 //
-// Control flow is explicit: [Next], [Complete], [Fail], [Park] and [SleepUntil] are the
-// outcomes; a returned error is retried by the step's [RetryPolicy], and one
-// wrapped with [Permanent] dead-letters the run at once. Workflow and step
-// names are persisted with every run: keep them stable, and register a new
-// version with [New] rather than changing the steps of one that has runs.
+// A workflow declares its signals with [Workflow.Signal], naming the token
+// groups that may send each through the approver's API (any token when it
+// names none; operators always); signed events from known systems and
+// `durable signal` are not limited by groups.
+//
+// Control flow is explicit: [Next], [Complete], [Fail], [Park], [SleepUntil],
+// [FanOut], [StartChildren] and [AwaitSignal] are the outcomes, and a step
+// names where the run goes by a [Ref], which registration checks; a returned
+// error is retried by the step's [RetryPolicy], and one wrapped with
+// [Permanent] dead-letters the run at once. Workflow and step names are
+// persisted with every run: keep them stable, and register a new version
+// with [New] rather than changing the steps of one that has runs.
 package steps

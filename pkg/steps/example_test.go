@@ -28,16 +28,19 @@ type Claim struct {
 }
 
 func ExampleNew() {
-	wf := steps.New[Order]("orders", 1).
-		Step("price", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
-			o.Total = o.Items * 25
-			return steps.Next("pay", o), nil
-		}).
+	wf := steps.New[Order]("orders", 1)
+	// Steps go to each other by Ref: registering the workflow fails if
+	// one names no step.
+	pay, ship := wf.Ref("pay"), wf.Ref("ship")
+	wf.Step("price", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+		o.Total = o.Items * 25
+		return steps.Next(pay, o), nil
+	}).
 		Step("pay", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
 			if o.Total > 500 {
 				return steps.Fail(o, "over the card limit"), nil
 			}
-			return steps.Next("ship", o), nil
+			return steps.Next(ship, o), nil
 		}).
 		Step("ship", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
 			o.Shipped = true
@@ -142,25 +145,23 @@ func ExamplePark() {
 	// wait adjusters 72h0m0s escalate supervisors
 }
 
-func ExampleContext_Approval() {
-	wf := steps.New[Claim]("claim", 1).
-		Step("approve", func(_ context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
-			// Re-read the facts on every run of the step: a decision
-			// applies only to the payload it was taken on.
-			req := steps.ApprovalRequest{Payload: map[string]any{"claim": s.RunID(), "amount": c.Amount}, Group: "adjusters"}
-			d, err := s.Approval(req)
-			if err != nil {
-				return steps.Outcome[Claim]{}, err
-			}
-			if d == nil {
-				return steps.Park[Claim](req), nil
-			}
-			if !d.Approved() {
-				return steps.Fail(c, "rejected by "+d.By+": "+d.Reason), nil
-			}
-			c.ApprovedBy = d.By
-			return steps.Next("pay", c), nil
-		}).
+func ExampleDecision() {
+	wf := steps.New[Claim]("claim", 1)
+	pay := wf.Ref("pay")
+	wf.Step("approve", func(_ context.Context, s *steps.Context, c Claim) (steps.Outcome[Claim], error) {
+		// Re-read the facts on every run of the step: a decision
+		// applies only to the payload it was taken on.
+		req := steps.ApprovalRequest{Payload: map[string]any{"claim": s.RunID(), "amount": c.Amount}, Group: "adjusters"}
+		d, wait, err := steps.Decision[Claim](s, req)
+		if d == nil {
+			return wait, err // parks the run until someone decides
+		}
+		if !d.Approved() {
+			return steps.Fail(c, "rejected by "+d.By+": "+d.Reason), nil
+		}
+		c.ApprovedBy = d.By
+		return steps.Next(pay, c), nil
+	}).
 		Step("pay", func(_ context.Context, _ *steps.Context, c Claim) (steps.Outcome[Claim], error) {
 			return steps.Complete(c), nil
 		})
@@ -333,26 +334,23 @@ func ExampleContext_PutBlob() {
 	// 1048576 <nil> true
 }
 
-func ExampleWorkflow_SignalFrom() {
+func ExampleWorkflow_Signal() {
 	type Shipment struct {
 		POD json.RawMessage `json:"pod,omitempty"`
 	}
-	wf := steps.New[Shipment]("shipment", 1).
-		// Only tokens of group carriers (or operators) may send "delivered"
-		// through the approver's API; any token may send "cancel".
-		SignalFrom("delivered", "carriers").
-		Signals("cancel").
-		Step("await", func(_ context.Context, s *steps.Context, st Shipment) (steps.Outcome[Shipment], error) {
-			sig, err := s.Signal("delivered")
-			switch {
-			case err != nil:
-				return steps.Outcome[Shipment]{}, err
-			case sig == nil:
-				return steps.AwaitSignal[Shipment]("delivered", 72*time.Hour), nil
-			}
-			st.POD = sig.Data
-			return steps.Complete(st), nil
-		})
+	wf := steps.New[Shipment]("shipment", 1)
+	// Only tokens of group carriers (or operators) may send "delivered"
+	// through the approver's API; any token may send "cancel".
+	delivered := wf.Signal("delivered", "carriers")
+	wf.Signal("cancel")
+	wf.Step("await", func(_ context.Context, s *steps.Context, st Shipment) (steps.Outcome[Shipment], error) {
+		sig, wait, err := steps.Recv(s, delivered, 72*time.Hour)
+		if sig == nil {
+			return wait, err
+		}
+		st.POD = sig.Data
+		return steps.Complete(st), nil
+	})
 	fmt.Println(wf.Validate(), wf.SignalNames(), wf.SignalGroups("delivered"), wf.SignalGroups("cancel") == nil)
 	// Output: <nil> [delivered cancel] [carriers] true
 }

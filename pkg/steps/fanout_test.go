@@ -18,29 +18,37 @@ type fanIn struct {
 	To   string `json:"to"`
 }
 
+type fanBranch struct {
+	I int `json:"i"`
+}
+
+// fanFlow splits into N branches of To and joins at Join, both looked up
+// in its Refs by name: "other" is the Ref of another workflow, a name
+// not there the zero Ref.
 func fanFlow() *steps.Workflow[fanIn] {
-	return steps.New[fanIn]("fan", 1).
-		Step("split", func(_ context.Context, _ *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
-			bs := make([]steps.Branch, st.N)
-			for i := range bs {
-				bs[i] = steps.Branch{Step: st.To, Input: map[string]int{"i": i + 1}}
-			}
-			return steps.FanOut(st.Join, st, bs...), nil
-		}).
-		Branch("double", steps.BranchFunc(func(_ context.Context, s *steps.Context, in struct{ I int }) (int, error) {
-			return 2 * in.I, nil
-		})).
-		Step("sum", func(_ context.Context, s *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
-			outs, err := steps.BranchOutputs[int](s)
-			if err != nil {
-				return steps.Outcome[fanIn]{}, err
-			}
-			st.N = 0
-			for _, o := range outs {
-				st.N += o
-			}
-			return steps.Complete(st), nil
-		})
+	w := steps.New[fanIn]("fan", 1)
+	other := steps.New[fanIn]("other", 1)
+	twice := func(_ context.Context, s *steps.Context, in fanBranch) (int, error) { return 2 * in.I, nil }
+	double := steps.AddBranch(w, "double", twice)
+	joins := map[string]steps.Ref[fanIn]{"sum": w.Ref("sum"), "other": other.Ref("sum")}
+	tos := map[string]steps.BranchRef[fanBranch, int]{"double": double, "other": steps.AddBranch(other, "double", twice)}
+	return w.Step("split", func(_ context.Context, _ *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
+		bs := make([]steps.Branch, st.N)
+		for i := range bs {
+			bs[i] = tos[st.To].With(fanBranch{I: i + 1})
+		}
+		return steps.FanOut(joins[st.Join], st, bs...), nil
+	}).Step("sum", func(_ context.Context, s *steps.Context, st fanIn) (steps.Outcome[fanIn], error) {
+		outs, err := double.Outputs(s)
+		if err != nil {
+			return steps.Outcome[fanIn]{}, err
+		}
+		st.N = 0
+		for _, o := range outs {
+			st.N += o
+		}
+		return steps.Complete(st), nil
+	})
 }
 
 func TestFanOutResult(t *testing.T) {
@@ -73,9 +81,10 @@ func TestFanOutResult(t *testing.T) {
 func TestFanOutRefused(t *testing.T) {
 	wf := fanFlow()
 	for _, tc := range []struct{ input, want string }{
-		{`{"n":2,"join":"nowhere","to":"double"}`, `joins at "nowhere"`},
-		{`{"n":2,"join":"double","to":"double"}`, `joins at "double"`},
-		{`{"n":2,"join":"sum","to":"sum"}`, `"sum", which is not a branch step`},
+		{`{"n":2,"join":"nowhere","to":"double"}`, `the outcome names no step (a zero steps.Ref`},
+		{`{"n":2,"join":"other","to":"double"}`, `"sum" is a Ref of workflow other v1`},
+		{`{"n":2,"join":"sum","to":"other"}`, `"double", which is not a branch step of the workflow`},
+		{`{"n":2,"join":"sum","to":"nowhere"}`, `runs "", which is not a branch step`},
 		{`{"n":1001,"join":"sum","to":"double"}`, "at most 1000 branches, not 1001"},
 	} {
 		s := steps.NewContext(steps.ContextConfig{RunID: "r", Step: 1, StepName: "split"})
@@ -94,10 +103,12 @@ func TestFanOutRefused(t *testing.T) {
 	if _, err := wf.ExecuteBranch(context.Background(), s, "sum", nil); !errors.Is(err, steps.ErrUnknownStep) {
 		t.Errorf("a step run as a branch: %v", err)
 	}
-	if _, err := steps.BranchOutputs[int](s); !errors.Is(err, steps.ErrNotAJoin) {
-		t.Errorf("BranchOutputs outside a join: %v", err)
+	if _, err := steps.AddBranch(steps.New[fanIn]("y", 1), "b", func(context.Context, *steps.Context, int) (int, error) { return 0, nil }).Outputs(s); !errors.Is(err, steps.ErrNotAJoin) {
+		t.Errorf("Outputs outside a join: %v", err)
 	}
-	if err := steps.New[fanIn]("x", 1).Step("a", nil).Branch("a", steps.BranchStep{}).Validate(); err == nil || !strings.Contains(err.Error(), "defined twice") || !strings.Contains(err.Error(), "no function") {
+	x := steps.New[fanIn]("x", 1).Step("a", nil)
+	steps.AddBranch[fanIn, int, int](x, "a", nil)
+	if err := x.Validate(); err == nil || !strings.Contains(err.Error(), "defined twice") || !strings.Contains(err.Error(), "no function") {
 		t.Errorf("validate: %v", err)
 	}
 }

@@ -52,11 +52,16 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
-// Outcome is what a step returns: where the run goes next and with which state.
-// Build one with Next, Complete, Fail, Park, SleepUntil or FanOut.
+// Outcome is what a step returns: where the run goes next and with which
+// state. Build one with Next, Complete, Fail, Park, SleepUntil, FanOut,
+// StartChildren or AwaitSignal; Recv, Decision and RunChildren return the
+// one that waits.
 type Outcome[S any] struct {
-	kind     Kind
+	kind Kind
+	// next is the step the run goes to, of the workflow nextOf (nil: the
+	// step that returns the outcome named it, as RunChildren does).
 	next     string
+	nextOf   *Workflow[S]
 	state    S
 	reason   string
 	wait     *ApprovalRequest
@@ -66,10 +71,10 @@ type Outcome[S any] struct {
 	signal   *SignalWait
 }
 
-// Next moves the run to the step named step with state. The name may be chosen
-// at run time (an agent loop whose next step the model picks).
-func Next[S any](step string, state S) Outcome[S] {
-	return Outcome[S]{kind: KindNext, next: step, state: state}
+// Next moves the run to step with state. The step may be chosen at run
+// time (an agent loop whose next step the model picks: a map of Refs).
+func Next[S any](step Ref[S], state S) Outcome[S] {
+	return Outcome[S]{kind: KindNext, next: step.name, nextOf: step.w, state: state}
 }
 
 // Complete ends the run successfully with state.
@@ -90,11 +95,11 @@ func Park[S any](req ApprovalRequest) Outcome[S] {
 	return Outcome[S]{kind: KindWait, wait: &req}
 }
 
-// SleepUntil commits state and runs the step named next at time until, on
-// any worker: a durable timer. The run holds nothing while it sleeps; the
+// SleepUntil commits state and runs step next at time until, on any
+// worker: a durable timer. The run holds nothing while it sleeps; the
 // scheduler wakes it.
-func SleepUntil[S any](next string, state S, until time.Time) Outcome[S] {
-	return Outcome[S]{kind: KindSleep, next: next, state: state, until: until}
+func SleepUntil[S any](next Ref[S], state S, until time.Time) Outcome[S] {
+	return Outcome[S]{kind: KindSleep, next: next.name, nextOf: next.w, state: state, until: until}
 }
 
 // Kind reports what the outcome decided.

@@ -18,15 +18,15 @@ type SignalWait struct {
 	TTL time.Duration
 }
 
-// AwaitSignal parks the run until the signal name is delivered (`durable
+// AwaitSignal parks the run until signal sig is delivered (`durable
 // signal RUN NAME`, the approver's API, a signed event), holding no
-// worker. The same step then runs again from its start, on the state it
-// started with, and reads the signal with Context.Signal. A signal that
-// came before the wait is kept and read at once: the step does not park.
-// The workflow must declare name with Workflow.Signals. S is the
-// workflow's state type: steps.AwaitSignal[Shipment]("delivered", ttl).
-func AwaitSignal[S any](name string, ttl time.Duration) Outcome[S] {
-	return Outcome[S]{kind: KindWait, signal: &SignalWait{Name: name, TTL: ttl}}
+// worker, for at most ttl (0: SignalWait's default). The same step then
+// runs again from its start, on the state it started with, and reads the
+// signal with Context.Signal. A signal that came before the wait is kept
+// and read at once: the step does not park. Recv reads and waits in one
+// call.
+func AwaitSignal[S any](sig SignalRef[S], ttl time.Duration) Outcome[S] {
+	return Outcome[S]{kind: KindWait, signal: &SignalWait{Name: sig.name, TTL: ttl}}
 }
 
 // ErrSignalExpired: the wait for a signal reached its TTL first.
@@ -86,45 +86,6 @@ func (s *Context) ConsumedSignals() []string {
 	return out
 }
 
-// Signals declares the signals the workflow's steps wait for: a signal of
-// another name is refused when it is sent, and AwaitSignal of another
-// name is an error. Any valid token may send them through the approver's
-// API; use SignalFrom to say who may.
-func (w *Workflow[S]) Signals(names ...string) *Workflow[S] {
-	for _, n := range names {
-		w.declareSignal(n)
-	}
-	return w
-}
-
-// SignalFrom declares signal name, as Signals does, and that only tokens
-// of one of groups may send it through the approver's API (and tokens of
-// group operators, who may send any signal); others get 403. Signed
-// events of the systems the approver knows, and `durable signal`, which
-// needs the store, are not limited by groups. Calling it again for name
-// adds groups.
-//
-//	steps.New[Shipment]("shipment", 1).SignalFrom("delivered", "carriers")
-func (w *Workflow[S]) SignalFrom(name string, groups ...string) *Workflow[S] {
-	w.declareSignal(name)
-	if len(groups) == 0 {
-		w.errs = append(w.errs, fmt.Errorf("workflow %s: SignalFrom(%q) names no group: name the groups that may send it, or declare it with Signals for any token", w.name, name))
-	}
-	for _, g := range groups {
-		if !groupRE.MatchString(g) {
-			w.errs = append(w.errs, fmt.Errorf("workflow %s: signal %s: group %q: use 1-64 letters, digits, '.', '_' or '-' (as token groups)", w.name, name, g))
-			continue
-		}
-		if w.signalGroups == nil {
-			w.signalGroups = map[string][]string{}
-		}
-		if !slices.Contains(w.signalGroups[name], g) {
-			w.signalGroups[name] = append(w.signalGroups[name], g)
-		}
-	}
-	return w
-}
-
 // groupRE is the alphabet of token groups (durable token create).
 var groupRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
@@ -141,7 +102,7 @@ func (w *Workflow[S]) declareSignal(name string) {
 func (w *Workflow[S]) SignalNames() []string { return append([]string(nil), w.signals...) }
 
 // SignalGroups lists the groups whose tokens may send signal name
-// (SignalFrom), or nil when any token may.
+// (Workflow.Signal), or nil when any token may.
 func (w *Workflow[S]) SignalGroups(name string) []string {
 	return slices.Clone(w.signalGroups[name])
 }
@@ -155,5 +116,5 @@ func (w *Workflow[S]) validSignal(step string, sw *SignalWait) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("workflow %s step %s: awaits signal %q, which the workflow does not declare (Workflow.Signals)", w.name, step, sw.Name)
+	return fmt.Errorf("workflow %s step %s: awaits signal %q, which the workflow does not declare (Workflow.Signal)", w.name, step, sw.Name)
 }

@@ -51,7 +51,7 @@ func TestOutcomeKind(t *testing.T) {
 		want steps.Kind
 		str  string
 	}{
-		{"Next", steps.Next("b", st).Kind(), steps.KindNext, "next"},
+		{"Next", steps.Next(steps.New[order]("orders", 1).Ref("b"), st).Kind(), steps.KindNext, "next"},
 		{"Complete", steps.Complete(st).Kind(), steps.KindComplete, "complete"},
 		{"Fail", steps.Fail(st, "no").Kind(), steps.KindFail, "fail"},
 		{"Park", steps.Park[order](req).Kind(), steps.KindWait, "wait"},
@@ -74,20 +74,22 @@ func TestExecuteEncodesOutcome(t *testing.T) {
 	st := order{Items: 2, Total: 20}
 	req := steps.ApprovalRequest{Payload: map[string]int{"total": 20}, Group: "adjusters", TTL: time.Hour, OnExpiry: steps.ExpireRemind, Reminders: 2}
 	const stateJSON = `{"items":2,"total":20}`
+	var out steps.Outcome[order]
+	w := steps.New[order]("orders", 1).
+		Step("a", func(context.Context, *steps.Context, order) (steps.Outcome[order], error) { return out, nil }).
+		Step("b", noop)
 	for _, tc := range []struct {
 		name string
 		out  steps.Outcome[order]
 		want steps.Result
 	}{
-		{"Next", steps.Next("b", st), steps.Result{Kind: steps.KindNext, Next: "b", State: json.RawMessage(stateJSON)}},
+		{"Next", steps.Next(w.Ref("b"), st), steps.Result{Kind: steps.KindNext, Next: "b", State: json.RawMessage(stateJSON)}},
 		{"Complete", steps.Complete(st), steps.Result{Kind: steps.KindComplete, State: json.RawMessage(stateJSON)}},
 		{"Fail", steps.Fail(st, "claim rejected"), steps.Result{Kind: steps.KindFail, State: json.RawMessage(stateJSON), Reason: "claim rejected"}},
 		{"Park", steps.Park[order](req), steps.Result{Kind: steps.KindWait, Wait: &req}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := steps.New[order]("orders", 1).
-				Step("a", func(context.Context, *steps.Context, order) (steps.Outcome[order], error) { return tc.out, nil }).
-				Step("b", noop)
+			out = tc.out
 			got := execute(t, w, "a", `{}`, false)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("Execute = %+v, want %+v", got, tc.want)
@@ -246,10 +248,12 @@ func TestWorkflowValidate(t *testing.T) {
 		{"nil fn", steps.New[order]("orders", 1).Step("a", nil), []string{`step "a" has no function`}},
 		{"no steps", steps.New[order]("orders", 1), []string{"no steps"}},
 		{"every error reported", steps.New[order]("", 0), []string{"workflow name", "version must be", "no steps"}},
-		{"signal from groups", steps.New[order]("orders", 1).SignalFrom("paid", "billing", "ops.eu").Step("a", noop), nil},
-		{"signal from no group", steps.New[order]("orders", 1).SignalFrom("paid").Step("a", noop), []string{`SignalFrom("paid") names no group`}},
-		{"signal from a bad group", steps.New[order]("orders", 1).SignalFrom("paid", "bill ing").Step("a", noop), []string{`signal paid: group "bill ing"`}},
-		{"signal from, bad name", steps.New[order]("orders", 1).SignalFrom("pa.id", "billing").Step("a", noop), []string{`signal name "pa.id"`}},
+		{"signal from groups", signalled("paid", "billing", "ops.eu"), nil},
+		{"signal from any token", signalled("paid"), nil},
+		{"signal from a bad group", signalled("paid", "bill ing"), []string{`signal paid: group "bill ing"`}},
+		{"signal, bad name", signalled("pa.id", "billing"), []string{`signal name "pa.id"`}},
+		{"Ref to a step", refTo("b", "b"), nil},
+		{"Ref to no step", refTo("b", "c"), []string{`Ref("c") names no step`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.w.Validate()
@@ -288,17 +292,17 @@ func TestWorkflowAccessors(t *testing.T) {
 }
 
 func TestWorkflowSignalGroups(t *testing.T) {
-	w := steps.New[order]("orders", 1).
-		Signals("cancel", "paid").
-		SignalFrom("paid", "billing").
-		SignalFrom("shipped", "carriers", "ops").
-		SignalFrom("paid", "finance", "billing").
-		Step("a", noop)
+	w := steps.New[order]("orders", 1)
+	w.Signal("cancel")
+	w.Signal("paid", "billing")
+	w.Signal("shipped", "carriers", "ops")
+	w.Signal("paid", "finance", "billing")
+	w.Step("a", noop)
 	if err := w.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := w.SignalNames(), []string{"cancel", "paid", "shipped"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("SignalNames() = %q, want %q (SignalFrom declares, once)", got, want)
+		t.Fatalf("SignalNames() = %q, want %q (declared once)", got, want)
 	}
 	for name, want := range map[string][]string{"cancel": nil, "paid": {"billing", "finance"}, "shipped": {"carriers", "ops"}, "other": nil} {
 		if got := w.SignalGroups(name); !reflect.DeepEqual(got, want) {
@@ -344,7 +348,7 @@ func TestExecuteFirstStepUsesInit(t *testing.T) {
 		}).
 		Step("a", func(_ context.Context, _ *steps.Context, st order) (steps.Outcome[order], error) {
 			got = append(got, st)
-			return steps.Next("a", st), nil
+			return steps.Complete(st), nil
 		})
 
 	execute(t, w, "a", `{"count":4}`, true)
@@ -429,16 +433,16 @@ func TestExecutePermanentErrors(t *testing.T) {
 		{
 			name: "Next to an unknown step",
 			exec: func() (steps.Result, error) {
-				return wf(steps.Next("nowhere", order{})).Execute(context.Background(), testContext(), "a", nil, false)
+				return wf(steps.Next(steps.New[order]("orders", 1).Ref("nowhere"), order{})).Execute(context.Background(), testContext(), "a", nil, false)
 			},
 			is: steps.ErrUnknownStep, contains: `"nowhere"`, ran: true,
 		},
 		{
-			name: "Next to the empty name",
+			name: "Next to the zero Ref",
 			exec: func() (steps.Result, error) {
-				return wf(steps.Next("", order{})).Execute(context.Background(), testContext(), "a", nil, false)
+				return wf(steps.Next(steps.Ref[order]{}, order{})).Execute(context.Background(), testContext(), "a", nil, false)
 			},
-			is: steps.ErrUnknownStep, ran: true,
+			is: steps.ErrUnknownStep, contains: "names no step", ran: true,
 		},
 		{
 			name: "empty Outcome",
@@ -728,4 +732,21 @@ func TestInvalidFailsRegistration(t *testing.T) {
 	if err := steps.NewRegistry().Register(wf); err == nil {
 		t.Fatal("registered an invalid workflow")
 	}
+}
+
+// signalled is a workflow that declares signal name, sent by groups.
+func signalled(name string, groups ...string) *steps.Workflow[order] {
+	w := steps.New[order]("orders", 1)
+	w.Signal(name, groups...)
+	return w.Step("a", noop)
+}
+
+// refTo is a workflow with steps a and b whose step a goes to Ref(to);
+// step is b's name.
+func refTo(step, to string) *steps.Workflow[order] {
+	w := steps.New[order]("orders", 1)
+	next := w.Ref(to)
+	return w.Step("a", func(_ context.Context, _ *steps.Context, st order) (steps.Outcome[order], error) {
+		return steps.Next(next, st), nil
+	}).Step(step, noop)
 }

@@ -56,10 +56,12 @@ type Workflow[S any] struct {
 	init    func(input json.RawMessage) (S, error)
 	caps    Caps
 	signals []string
-	// signalGroups: who may send each signal (SignalFrom); none: any token.
+	// signalGroups: who may send each signal (Workflow.Signal); none: any token.
 	signalGroups map[string][]string
 	schema       json.RawMessage
-	errs         []error
+	// refs are the names Workflow.Ref gave out, checked by Validate.
+	refs []string
+	errs []error
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -81,7 +83,8 @@ func New[S any](name string, version int) *Workflow[S] {
 	return w
 }
 
-// Step adds a step. The first step added is where runs start.
+// Step adds a step. The first step added is where runs start. Outcomes go
+// to a step by its Ref (Workflow.Ref).
 func (w *Workflow[S]) Step(name string, fn StepFunc[S], opts ...StepOption) *Workflow[S] {
 	if fn == nil {
 		w.errs = append(w.errs, fmt.Errorf("workflow %s: step %q has no function", w.name, name))
@@ -159,12 +162,14 @@ func (w *Workflow[S]) Retry(step string) RetryPolicy {
 	return DefaultRetry
 }
 
-// Validate reports definition errors: bad names, duplicate steps, no steps.
+// Validate reports definition errors: bad names, duplicate steps, no
+// steps, a Ref (Workflow.Ref) that names no step.
 func (w *Workflow[S]) Validate() error {
 	errs := append([]error(nil), w.errs...)
 	if len(w.order) == 0 {
 		errs = append(errs, fmt.Errorf("workflow %s: no steps", w.name))
 	}
+	errs = append(errs, w.checkRefs()...)
 	return errors.Join(errs...)
 }
 
@@ -197,16 +202,16 @@ func (w *Workflow[S]) Execute(ctx context.Context, s *Context, name string, stat
 		return Result{}, err
 	}
 	if out.kind == 0 {
-		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park, SleepUntil or FanOut", w.name, name))
+		return Result{}, Permanent(fmt.Errorf("workflow %s step %s returned an empty Outcome: use steps.Next, Complete, Fail, Park, SleepUntil, FanOut, StartChildren or AwaitSignal", w.name, name))
 	}
-	if out.kind == KindNext || out.kind == KindSleep || out.kind == KindChildren {
-		if d, ok := w.steps[out.next]; !ok || d.fn == nil {
-			return Result{}, Permanent(fmt.Errorf("workflow %s step %s: next %w %q", w.name, name, ErrUnknownStep, out.next))
+	if out.kind == KindNext || out.kind == KindSleep || out.kind == KindChildren || out.kind == KindFanOut {
+		if err := w.target(name, out.next, out.nextOf); err != nil {
+			return Result{}, Permanent(err)
 		}
 	}
 	var branches []checkpoint.Branch
 	if out.kind == KindFanOut {
-		if branches, err = w.fanOut(name, out.next, out.branches); err != nil {
+		if branches, err = w.fanOut(name, out.branches); err != nil {
 			return Result{}, Permanent(err)
 		}
 	}

@@ -53,7 +53,9 @@ func TestFiveMegabyteDocumentThroughWorker(t *testing.T) {
 			}
 			doc := fiveMB()
 			var attempts atomic.Int32
-			wf := steps.New[document]("docs", 1).
+			wf := steps.New[document]("docs", 1)
+			assess := wf.Ref("assess")
+			wf.
 				Step("fetch", func(ctx context.Context, s *steps.Context, d document) (steps.Outcome[document], error) {
 					ref, err := s.PutBlob(ctx, "claim-form.pdf", doc)
 					if err != nil {
@@ -63,7 +65,7 @@ func TestFiveMegabyteDocumentThroughWorker(t *testing.T) {
 						return steps.Outcome[document]{}, errors.New("lost the connection after storing the document")
 					}
 					d.Form = ref
-					return steps.Next("assess", d), nil
+					return steps.Next(assess, d), nil
 				}, steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond})).
 				Step("assess", func(ctx context.Context, s *steps.Context, d document) (steps.Outcome[document], error) {
 					b, err := s.GetBlob(ctx, d.Form)

@@ -41,7 +41,9 @@ func TestRunRecordBound(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel() // minutes under -race: the two stores side by side
-			wf := steps.New[counter]("gated", 1).
+			wf := steps.New[counter]("gated", 1)
+			call := wf.Ref("call")
+			wf.
 				Step("call", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 					req := steps.ApprovalRequest{Payload: gatedCall(st.N), Group: "ops", TTL: time.Hour, OnExpiry: steps.ExpireRemind, Reminders: reminders}
 					a, err := s.ApprovalOf(req)
@@ -54,7 +56,7 @@ func TestRunRecordBound(t *testing.T) {
 					if st.N++; st.N == calls {
 						return steps.Complete(st), nil
 					}
-					return steps.Next("call", st), nil
+					return steps.Next(call, st), nil
 				})
 			f := testfleet.New(t, kind)
 			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)

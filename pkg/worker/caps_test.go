@@ -23,24 +23,25 @@ import (
 // splitSpend; each branch spends 1 and counts its body's runs in bodies;
 // the join "sum" spends nothing and completes.
 func spendFan(name string, caps steps.Caps, splitSpend float64, bodies *atomic.Int64) *steps.Workflow[fanState] {
-	return steps.New[fanState](name, 1).
-		WithCaps(caps).
+	w := steps.New[fanState](name, 1).WithCaps(caps)
+	sum := w.Ref("sum")
+	cost := steps.AddBranch(w, "cost", func(_ context.Context, s *steps.Context, in payIn) (payOut, error) {
+		bodies.Add(1)
+		time.Sleep(20 * time.Millisecond) // a model call, long enough for branches to overlap
+		s.Spend(1)
+		return payOut{Amount: in.I}, nil
+	})
+	return w.
 		Step("split", func(_ context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
 			s.Spend(splitSpend)
 			var bs []steps.Branch
 			for i := 1; i <= st.Branches; i++ {
-				bs = append(bs, steps.Branch{Step: "cost", Input: payIn{I: i}})
+				bs = append(bs, cost.With(payIn{I: i}))
 			}
-			return steps.FanOut("sum", st, bs...), nil
+			return steps.FanOut(sum, st, bs...), nil
 		}).
-		Branch("cost", steps.BranchFunc(func(_ context.Context, s *steps.Context, in payIn) (payOut, error) {
-			bodies.Add(1)
-			time.Sleep(20 * time.Millisecond) // a model call, long enough for branches to overlap
-			s.Spend(1)
-			return payOut{Amount: in.I}, nil
-		})).
 		Step("sum", func(_ context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
-			outs, err := steps.BranchOutputs[payOut](s)
+			outs, err := cost.Outputs(s)
 			if err != nil {
 				return steps.Outcome[fanState]{}, err
 			}

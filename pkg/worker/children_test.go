@@ -30,9 +30,11 @@ func TestRedriveParentWithBadChildInput(t *testing.T) {
 				Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
 				})
-			parent := steps.New[num]("fussy", 1).
+			parent := steps.New[num]("fussy", 1)
+			end := parent.Ref("end")
+			parent.
 				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.StartChildren("end", st,
+					return steps.StartChildren(end, st,
 						steps.Child{Workflow: "strict", Input: map[string]any{"n": 1}},
 						steps.Child{Workflow: "strict", Input: map[string]any{"n": "two"}}), nil
 				}).
@@ -85,12 +87,15 @@ func TestLaterBatchSameChildID(t *testing.T) {
 			leaf := steps.New[num]("leaf", 1).Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 				return steps.Complete(st), nil
 			})
-			parent := steps.New[seen]("twice", 1).
+			parent := steps.New[seen]("twice", 1)
+			second := parent.Ref("second")
+			end := parent.Ref("end")
+			parent.
 				Step("first", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
-					return steps.StartChildren("second", st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 1}}), nil
+					return steps.StartChildren(second, st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 1}}), nil
 				}).
 				Step("second", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
-					return steps.StartChildren("end", st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 2}}), nil
+					return steps.StartChildren(end, st, steps.Child{Workflow: "leaf", ID: s.RunID() + "-kid", Input: num{N: 2}}), nil
 				}).
 				Step("end", func(_ context.Context, s *steps.Context, st seen) (steps.Outcome[seen], error) {
 					res, err := steps.ChildResults(s)
@@ -123,9 +128,11 @@ func TestUnregisteredChildWorkflow(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			f := testfleet.New(t, kind)
-			parent := steps.New[num]("haunted", 1).
+			parent := steps.New[num]("haunted", 1)
+			end := parent.Ref("end")
+			parent.
 				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.StartChildren("end", st, steps.Child{Workflow: "ghost"}), nil
+					return steps.StartChildren(end, st, steps.Child{Workflow: "ghost"}), nil
 				}).
 				Step("end", func(_ context.Context, s *steps.Context, st num) (steps.Outcome[num], error) {
 					res, err := steps.ChildResults(s)

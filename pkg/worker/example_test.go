@@ -56,15 +56,15 @@ func Example() {
 		return
 	}
 
-	orders := steps.New[Order]("orders", 1).
-		Step("price", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
-			o.Total = o.Items * 25
-			return steps.Next("ship", o), nil
-		}).
-		Step("ship", func(_ context.Context, s *steps.Context, o Order) (steps.Outcome[Order], error) {
-			fmt.Println("shipping", s.RunID(), "with key", s.IdempotencyKey())
-			return steps.Complete(o), nil
-		})
+	orders := steps.New[Order]("orders", 1)
+	ship := orders.Ref("ship") // registration fails if no step "ship" is added
+	orders.Step("price", func(_ context.Context, _ *steps.Context, o Order) (steps.Outcome[Order], error) {
+		o.Total = o.Items * 25
+		return steps.Next(ship, o), nil
+	}).Step("ship", func(_ context.Context, s *steps.Context, o Order) (steps.Outcome[Order], error) {
+		fmt.Println("shipping", s.RunID(), "with key", s.IdempotencyKey())
+		return steps.Complete(o), nil
+	})
 	quiet := zerolog.Nop()
 	w, err := worker.New(worker.Config{JetStream: js, Store: store, Registry: steps.NewRegistry().MustRegister(orders), Logger: &quiet})
 	if err != nil {

@@ -37,25 +37,27 @@ type payOut struct {
 // its own key through pay, then runs after (when set) and sums them in
 // "sum", calling onJoin.
 func fanWorkflow(pay func(in payIn, key string) payOut, after func(in payIn) error, onJoin func()) *steps.Workflow[fanState] {
-	return steps.New[fanState]("fan", 1).
+	w := steps.New[fanState]("fan", 1)
+	sum := w.Ref("sum")
+	payBranch := steps.AddBranch(w, "pay", func(ctx context.Context, s *steps.Context, in payIn) (payOut, error) {
+		out, err := steps.Effect(ctx, s, "pay", in, func(ctx context.Context, key string) (payOut, error) {
+			return pay(in, key), nil
+		})
+		if err == nil && after != nil {
+			err = after(in)
+		}
+		return out, err
+	}, steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond}))
+	return w.
 		Step("split", func(ctx context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
 			var bs []steps.Branch
 			for i := 1; i <= st.Branches; i++ {
-				bs = append(bs, steps.Branch{Step: "pay", Input: payIn{I: i}})
+				bs = append(bs, payBranch.With(payIn{I: i}))
 			}
-			return steps.FanOut("sum", st, bs...), nil
+			return steps.FanOut(sum, st, bs...), nil
 		}).
-		Branch("pay", steps.BranchFunc(func(ctx context.Context, s *steps.Context, in payIn) (payOut, error) {
-			out, err := steps.Effect(ctx, s, "pay", in, func(ctx context.Context, key string) (payOut, error) {
-				return pay(in, key), nil
-			})
-			if err == nil && after != nil {
-				err = after(in)
-			}
-			return out, err
-		}), steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond})).
 		Step("sum", func(ctx context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
-			outs, err := steps.BranchOutputs[payOut](s)
+			outs, err := payBranch.Outputs(s)
 			if err != nil {
 				return steps.Outcome[fanState]{}, err
 			}
@@ -215,9 +217,11 @@ func TestEmptyFanOutAndNoChildren(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			var p payments
-			none := steps.New[fanState]("nokids", 1).
+			none := steps.New[fanState]("nokids", 1)
+			end := none.Ref("end")
+			none.
 				Step("start", func(_ context.Context, _ *steps.Context, st fanState) (steps.Outcome[fanState], error) {
-					return steps.StartChildren[fanState]("end", st), nil
+					return steps.StartChildren(end, st), nil
 				}).
 				Step("end", func(_ context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
 					results, err := steps.ChildResults(s)

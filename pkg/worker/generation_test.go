@@ -16,7 +16,9 @@ import (
 
 // gateFlow asks for approval, then pays; a rejection fails the run.
 func gateFlow(pays *atomic.Int64) *steps.Workflow[counter] {
-	return steps.New[counter]("gate", 1).
+	w := steps.New[counter]("gate", 1)
+	pay := w.Ref("pay")
+	return w.
 		Step("ask", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			req := steps.ApprovalRequest{Payload: map[string]int64{"amount": 1840}, Group: "adjusters"}
 			d, err := s.Approval(req)
@@ -29,7 +31,7 @@ func gateFlow(pays *atomic.Int64) *steps.Workflow[counter] {
 			if d.Decision == checkpoint.DecisionRejected {
 				return steps.Fail(st, "rejected by "+d.By), nil
 			}
-			return steps.Next("pay", st), nil
+			return steps.Next(pay, st), nil
 		}).
 		Step("pay", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			pays.Add(1)
@@ -101,7 +103,9 @@ func TestLostCommitRollsTheRunForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flow := steps.New[counter]("lag", 1).
+	flow := steps.New[counter]("lag", 1)
+	two := flow.Ref("two")
+	flow.
 		Step("one", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			if s.Attempt() == 1 {
 				cp := checkpoint.Checkpoint{RunID: s.RunID(), Step: 1, Name: "one", State: []byte(`{"n":1}`), Next: "two",
@@ -115,7 +119,7 @@ func TestLostCommitRollsTheRunForward(t *testing.T) {
 				}
 			}
 			st.N++
-			return steps.Next("two", st), nil
+			return steps.Next(two, st), nil
 		}).
 		Step("two", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			st.N++
@@ -137,9 +141,11 @@ func TestLostCommitRollsTheRunForward(t *testing.T) {
 func TestRollForwardIndexesTheTimer(t *testing.T) {
 	h := newHarness(t, "kv")
 	ctx := context.Background()
-	flow := steps.New[counter]("nap", 1).
+	flow := steps.New[counter]("nap", 1)
+	two := flow.Ref("two")
+	flow.
 		Step("one", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-			return steps.SleepUntil("two", st, time.Now().Add(time.Second)), nil
+			return steps.SleepUntil(two, st, time.Now().Add(time.Second)), nil
 		}).
 		Step("two", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			return steps.Complete(st), nil

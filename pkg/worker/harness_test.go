@@ -81,17 +81,22 @@ type counter struct {
 
 // pipeline is a fixed 3-step workflow.
 func pipeline() *steps.Workflow[counter] {
+	w := steps.New[counter]("pipeline", 1)
 	add := func(next string) steps.StepFunc[counter] {
+		var to steps.Ref[counter]
+		if next != "" {
+			to = w.Ref(next)
+		}
 		return func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			st.N++
 			st.Trail = append(st.Trail, s.StepName())
 			if next == "" {
 				return steps.Complete(st), nil
 			}
-			return steps.Next(next, st), nil
+			return steps.Next(to, st), nil
 		}
 	}
-	return steps.New[counter]("pipeline", 1).
+	return w.
 		Step("one", add("two")).
 		Step("two", add("three")).
 		Step("three", add(""))

@@ -27,11 +27,13 @@ func TestHooksSeeTheBoundariesInOrder(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%s/%s/%d/%d:%s", d.Workflow, d.RunID, d.Step, d.Attempt, b))
 	})
 	type st struct{ Paid int }
-	wf := steps.New[st]("hooked", 1).
+	wf := steps.New[st]("hooked", 1)
+	done := wf.Ref("done")
+	wf.
 		Step("pay", func(ctx context.Context, s *steps.Context, state st) (steps.Outcome[st], error) {
 			n, err := steps.Call(ctx, s, "pay", nil, func(context.Context) (int, error) { return 7, nil })
 			state.Paid = n
-			return steps.Next("done", state), err
+			return steps.Next(done, state), err
 		}).
 		Step("done", func(_ context.Context, _ *steps.Context, state st) (steps.Outcome[st], error) {
 			return steps.Complete(state), nil

@@ -26,9 +26,11 @@ func TestRedriveAfterChildrenResumedWithinDuplicateWindow(t *testing.T) {
 				Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
 				})
-			parent := steps.New[num]("elder", 1).
+			parent := steps.New[num]("elder", 1)
+			after := parent.Ref("after")
+			parent.
 				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.StartChildren("after", st, steps.Child{Workflow: "kid"}, steps.Child{Workflow: "kid"}), nil
+					return steps.StartChildren(after, st, steps.Child{Workflow: "kid"}, steps.Child{Workflow: "kid"}), nil
 				}).
 				Step("after", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					if fails.Add(1) == 1 {

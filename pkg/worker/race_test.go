@@ -32,9 +32,11 @@ func TestCancelRacesStartChildren(t *testing.T) {
 				time.Sleep(200 * time.Millisecond) // long enough for the cancel to reach a child in flight
 				return steps.Complete(st), nil
 			})
-			parent := steps.New[num]("par", 1).
+			parent := steps.New[num]("par", 1)
+			end := parent.Ref("end")
+			parent.
 				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.StartChildren("end", st, steps.Child{Workflow: "leaf"}, steps.Child{Workflow: "leaf"}), nil
+					return steps.StartChildren(end, st, steps.Child{Workflow: "leaf"}, steps.Child{Workflow: "leaf"}), nil
 				}).
 				Step("end", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
@@ -69,25 +71,27 @@ func TestDuplicateBranchFailureAfterCommit(t *testing.T) {
 			f := testfleet.New(t, kind)
 			var bodies, arrivals atomic.Int32
 			bArrived := make(chan struct{})
-			wf := steps.New[num]("dupfan", 1).
+			wf := steps.New[num]("dupfan", 1)
+			join := wf.Ref("join")
+			leaf := steps.AddBranch(wf, "leaf", func(_ context.Context, s *steps.Context, i int) (int, error) {
+				if i == 2 {
+					// Branch 2 holds the join back until the duplicate
+					// of branch 1 has failed.
+					for deadline := time.Now().Add(10 * time.Second); bodies.Load() < 2 && time.Now().Before(deadline); {
+						time.Sleep(10 * time.Millisecond)
+					}
+					time.Sleep(200 * time.Millisecond)
+					return i, nil
+				}
+				if bodies.Add(1) == 1 {
+					return i, nil
+				}
+				return 0, steps.Permanent(errors.New("duplicate refused"))
+			})
+			wf.
 				Step("split", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.FanOut("join", st, steps.Branch{Step: "leaf", Input: 1}, steps.Branch{Step: "leaf", Input: 2}), nil
+					return steps.FanOut(join, st, leaf.With(1), leaf.With(2)), nil
 				}).
-				Branch("leaf", steps.BranchFunc(func(_ context.Context, s *steps.Context, i int) (int, error) {
-					if i == 2 {
-						// Branch 2 holds the join back until the duplicate
-						// of branch 1 has failed.
-						for deadline := time.Now().Add(10 * time.Second); bodies.Load() < 2 && time.Now().Before(deadline); {
-							time.Sleep(10 * time.Millisecond)
-						}
-						time.Sleep(200 * time.Millisecond)
-						return i, nil
-					}
-					if bodies.Add(1) == 1 {
-						return i, nil
-					}
-					return 0, steps.Permanent(errors.New("duplicate refused"))
-				})).
 				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
 				})
@@ -155,25 +159,27 @@ func TestBranchDeadMarkRacesCommit(t *testing.T) {
 				}
 				return n
 			}
-			wf := steps.New[num]("deadrace", 1).
-				Step("split", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.FanOut("join", st, steps.Branch{Step: "leaf", Input: 1}), nil
-				}).
-				Branch("leaf", steps.BranchFunc(func(ctx context.Context, _ *steps.Context, i int) (int, error) {
-					switch calls.Add(1) {
-					case 1: // A: a duplicate B starts; A fails for good while B runs.
-						if _, err := queue.PublishStep(ctx, f.JS, queue.BranchStep(checkpoint.Run{ID: "f5", Workflow: "deadrace"}, 2, 1, "leaf"), "f5:2.1:dup"); err != nil {
-							t.Error(err)
-						}
-						waitChan(t, bEntered, "B in its body")
-						return 0, steps.Permanent(errors.New("ledger refused"))
-					case 2: // B: succeeds once A has marked the run dead.
-						close(bEntered)
-						waitChan(t, aMarked, "A marked the run dead")
-						return i, nil
+			wf := steps.New[num]("deadrace", 1)
+			join := wf.Ref("join")
+			leaf := steps.AddBranch(wf, "leaf", func(ctx context.Context, _ *steps.Context, i int) (int, error) {
+				switch calls.Add(1) {
+				case 1: // A: a duplicate B starts; A fails for good while B runs.
+					if _, err := queue.PublishStep(ctx, f.JS, queue.BranchStep(checkpoint.Run{ID: "f5", Workflow: "deadrace"}, 2, 1, "leaf"), "f5:2.1:dup"); err != nil {
+						t.Error(err)
 					}
-					return i, nil // after the redrive
-				})).
+					waitChan(t, bEntered, "B in its body")
+					return 0, steps.Permanent(errors.New("ledger refused"))
+				case 2: // B: succeeds once A has marked the run dead.
+					close(bEntered)
+					waitChan(t, aMarked, "A marked the run dead")
+					return i, nil
+				}
+				return i, nil // after the redrive
+			})
+			wf.
+				Step("split", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.FanOut(join, st, leaf.With(1)), nil
+				}).
 				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
 				})

@@ -23,18 +23,19 @@ func TestSignalWaitAgainAfterExpiry(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
 			var expiries atomic.Int64
-			wf := steps.New[fanState]("remind", 1).
-				Signals("go").
+			wf := steps.New[fanState]("remind", 1)
+			goSig := wf.Signal("go")
+			wf.
 				Step("await", func(_ context.Context, s *steps.Context, st fanState) (steps.Outcome[fanState], error) {
 					sig, err := s.Signal("go")
 					switch {
 					case errors.Is(err, steps.ErrSignalExpired):
 						expiries.Add(1)
-						return steps.AwaitSignal[fanState]("go", time.Hour), nil
+						return steps.AwaitSignal(goSig, time.Hour), nil
 					case err != nil:
 						return steps.Outcome[fanState]{}, err
 					case sig == nil:
-						return steps.AwaitSignal[fanState]("go", time.Hour), nil
+						return steps.AwaitSignal(goSig, time.Hour), nil
 					}
 					return steps.Complete(st), nil
 				})
@@ -90,23 +91,25 @@ func TestSignalRoomAfterManyExpiriesAndSignals(t *testing.T) {
 	const rounds = client.MaxSignalsPerRun + 10
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
-			wf := steps.New[counter]("ticker", 1).
-				Signals("go", "tick").
+			wf := steps.New[counter]("ticker", 1)
+			goSig, tick := wf.Signal("go"), wf.Signal("tick")
+			count := wf.Ref("count")
+			wf.
 				Step("await", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 					sig, err := s.Signal("go")
 					switch {
 					case errors.Is(err, steps.ErrSignalExpired), err == nil && sig == nil:
-						return steps.AwaitSignal[counter]("go", time.Hour), nil
+						return steps.AwaitSignal(goSig, time.Hour), nil
 					case err != nil:
 						return steps.Outcome[counter]{}, err
 					}
-					return steps.Next("count", st), nil
+					return steps.Next(count, st), nil
 				}).
-				Step("count", onSignal("tick", func(_ *checkpoint.Signal, st counter) steps.Outcome[counter] {
+				Step("count", onSignal(tick, func(_ *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					if st.N++; st.N == rounds {
 						return steps.Complete(st)
 					}
-					return steps.Next("count", st)
+					return steps.Next(count, st)
 				}))
 			f := testfleet.New(t, kind)
 			f.StartWorker(steps.NewRegistry().MustRegister(wf), nil)
@@ -149,16 +152,18 @@ func TestSignalRoomAfterManyExpiriesAndSignals(t *testing.T) {
 func TestStaleExpiryMarkerDoesNotFailLaterWait(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
+			wf := steps.New[counter]("twice", 1)
+			goSig, second := wf.Signal("go"), wf.Ref("second")
 			wait := func(name string) steps.StepFunc[counter] {
-				return onSignal("go", func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
+				return onSignal(goSig, func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					st.Trail = append(st.Trail, name+":"+sig.ID)
 					if name == "second" {
 						return steps.Complete(st)
 					}
-					return steps.Next("second", st)
+					return steps.Next(second, st)
 				})
 			}
-			wf := steps.New[counter]("twice", 1).Signals("go").Step("first", wait("first")).Step("second", wait("second"))
+			wf.Step("first", wait("first")).Step("second", wait("second"))
 			reg := steps.NewRegistry().MustRegister(wf)
 			f := testfleet.New(t, kind)
 			_, stop := f.StartWorker(reg, nil)
@@ -194,12 +199,13 @@ func TestStaleExpiryMarkerDoesNotFailLaterWait(t *testing.T) {
 func TestSignalsConsumedByAnEarlierVersion(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
-			wf := steps.New[counter]("legacy", 1).
-				Signals("go").
+			wf := steps.New[counter]("legacy", 1)
+			goSig, await := wf.Signal("go"), wf.Ref("await")
+			wf.
 				Step("first", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
-					return steps.Next("await", st), nil
+					return steps.Next(await, st), nil
 				}).
-				Step("await", onSignal("go", func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
+				Step("await", onSignal(goSig, func(sig *checkpoint.Signal, st counter) steps.Outcome[counter] {
 					st.Trail = append(st.Trail, sig.ID)
 					return steps.Complete(st)
 				}))
@@ -251,11 +257,15 @@ func TestSignalGroupsKeptOverRegistrationWithout(t *testing.T) {
 				return steps.Complete(st), nil
 			}
 			f := testfleet.New(t, kind)
-			f.StartWorker(steps.NewRegistry().MustRegister(steps.New[counter]("review", 1).SignalFrom("reviewed", "reviewers").Step("only", body)), nil)
+			restricted := steps.New[counter]("review", 1)
+			restricted.Signal("reviewed", "reviewers")
+			f.StartWorker(steps.NewRegistry().MustRegister(restricted.Step("only", body)), nil)
 			// A second build registers (Setup is a worker's start, up to
 			// its first pull).
+			open := steps.New[counter]("review", 1)
+			open.Signal("reviewed")
 			w, err := worker.New(worker.Config{JetStream: f.JS, Store: f.Store,
-				Registry: steps.NewRegistry().MustRegister(steps.New[counter]("review", 1).Signals("reviewed").Step("only", body))})
+				Registry: steps.NewRegistry().MustRegister(open.Step("only", body))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,14 +285,14 @@ func TestSignalGroupsKeptOverRegistrationWithout(t *testing.T) {
 
 // onSignal is a step that reads signal name, waits for it (an hour)
 // while none came, and goes on with then once one did.
-func onSignal(name string, then func(*checkpoint.Signal, counter) steps.Outcome[counter]) steps.StepFunc[counter] {
+func onSignal(name steps.SignalRef[counter], then func(*checkpoint.Signal, counter) steps.Outcome[counter]) steps.StepFunc[counter] {
 	return func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
-		sig, err := s.Signal(name)
+		sig, err := s.Signal(name.Name())
 		switch {
 		case err != nil:
 			return steps.Outcome[counter]{}, err
 		case sig == nil:
-			return steps.AwaitSignal[counter](name, time.Hour), nil
+			return steps.AwaitSignal(name, time.Hour), nil
 		}
 		return then(sig, st), nil
 	}

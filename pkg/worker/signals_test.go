@@ -35,25 +35,27 @@ func TestBranchCrashSignals(t *testing.T) {
 			ctx := context.Background()
 			var mu sync.Mutex
 			failed := map[int]bool{}
-			wf := steps.New[num]("sig", 1).
+			wf := steps.New[num]("sig", 1)
+			join := wf.Ref("join")
+			pay := steps.AddBranch(wf, "pay", func(ctx context.Context, s *steps.Context, i int) (int, error) {
+				out, err := steps.Effect(ctx, s, "pay", i, func(context.Context, string) (int, error) { return i, nil })
+				if err != nil {
+					return 0, err
+				}
+				mu.Lock()
+				first := !failed[i]
+				failed[i] = true
+				mu.Unlock()
+				if i > 1 && first {
+					return 0, errors.New("ledger hiccup after the payment")
+				}
+				s.RecordEffect("sig-1:receipt", false)
+				return out, nil
+			}, steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond}))
+			wf.
 				Step("split", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
-					return steps.FanOut("join", st, steps.Branch{Step: "pay", Input: 1}, steps.Branch{Step: "pay", Input: 2}, steps.Branch{Step: "pay", Input: 3}), nil
+					return steps.FanOut(join, st, pay.With(1), pay.With(2), pay.With(3)), nil
 				}).
-				Branch("pay", steps.BranchFunc(func(ctx context.Context, s *steps.Context, i int) (int, error) {
-					out, err := steps.Effect(ctx, s, "pay", i, func(context.Context, string) (int, error) { return i, nil })
-					if err != nil {
-						return 0, err
-					}
-					mu.Lock()
-					first := !failed[i]
-					failed[i] = true
-					mu.Unlock()
-					if i > 1 && first {
-						return 0, errors.New("ledger hiccup after the payment")
-					}
-					s.RecordEffect("sig-1:receipt", false)
-					return out, nil
-				}), steps.WithRetry(steps.RetryPolicy{Attempts: 3, Backoff: 10 * time.Millisecond})).
 				Step("join", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
 					return steps.Complete(st), nil
 				})

@@ -179,10 +179,14 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		state = snap.Previous.State
 	}
 	var outputs []json.RawMessage
+	var branchSteps []string
 	var branchSpend float64
 	if snap.Previous != nil && snap.Previous.FanOut != nil {
 		if outputs, branchSpend, ok = w.gate(ctx, d, run, snap.Previous); !ok {
 			return nil, res, 0, false
+		}
+		for _, b := range snap.Previous.FanOut.Branches {
+			branchSteps = append(branchSteps, b.Step)
 		}
 	}
 	var children []steps.ChildResult
@@ -198,6 +202,7 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.Step, StepName: run.StepName, Attempt: d.attempt,
 		BranchOutputs: outputs,
+		BranchSteps:   branchSteps,
 		Children:      children,
 		Signals:       signalsFor(run),
 		Journal:       journalOf(snap.Journal, run.Resumes),

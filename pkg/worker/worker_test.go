@@ -70,13 +70,17 @@ func TestPipelineCompletes(t *testing.T) {
 
 // An agent loop: the step picks its successor at run time.
 func TestAgentLoopChoosesNextStep(t *testing.T) {
-	loop := steps.New[counter]("loop", 1).
+	loop := steps.New[counter]("loop", 1)
+	think := loop.Ref("think")
+	act := loop.Ref("act")
+	answer := loop.Ref("answer")
+	loop.
 		Step("think", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			st.N++
 			if st.N >= 5 {
-				return steps.Next("answer", st), nil
+				return steps.Next(answer, st), nil
 			}
-			return steps.Next("act", st), nil
+			return steps.Next(act, st), nil
 		}).
 		Step("act", func(ctx context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			out, err := steps.Call(ctx, s, "tool", st.N, func(context.Context) (string, error) { return "ok", nil })
@@ -84,7 +88,7 @@ func TestAgentLoopChoosesNextStep(t *testing.T) {
 				return steps.Outcome[counter]{}, err
 			}
 			st.Trail = append(st.Trail, out)
-			return steps.Next("think", st), nil
+			return steps.Next(think, st), nil
 		}).
 		Step("answer", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
 			return steps.Complete(st), nil
@@ -109,7 +113,9 @@ func TestAgentLoopChoosesNextStep(t *testing.T) {
 }
 
 func approvalFlow() *steps.Workflow[counter] {
-	return steps.New[counter]("approval", 1).
+	w := steps.New[counter]("approval", 1)
+	done := w.Ref("done")
+	return w.
 		Step("ask", func(_ context.Context, s *steps.Context, st counter) (steps.Outcome[counter], error) {
 			req := steps.ApprovalRequest{Payload: map[string]any{"run": s.RunID(), "amount": 1840}, Group: "adjusters", TTL: time.Hour}
 			d, err := s.Approval(req)
@@ -123,7 +129,7 @@ func approvalFlow() *steps.Workflow[counter] {
 				return steps.Fail(st, "rejected by "+d.By), nil
 			}
 			st.Trail = append(st.Trail, "approved-by-"+d.By)
-			return steps.Next("done", st), nil
+			return steps.Next(done, st), nil
 		}).
 		Step("done", func(_ context.Context, _ *steps.Context, st counter) (steps.Outcome[counter], error) {
 			return steps.Complete(st), nil

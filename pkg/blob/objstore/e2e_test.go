@@ -24,14 +24,16 @@ type claim struct {
 
 // docWorkflow stores a 5 MB document in step 1 and reads it back in step 2.
 func docWorkflow(doc []byte) *steps.Workflow[claim] {
-	return steps.New[claim]("docs", 1).
+	w := steps.New[claim]("docs", 1)
+	assess := w.Ref("assess")
+	return w.
 		Step("fetch", func(ctx context.Context, s *steps.Context, c claim) (steps.Outcome[claim], error) {
 			ref, err := s.PutBlob(ctx, "claim-form.pdf", doc)
 			if err != nil {
 				return steps.Outcome[claim]{}, err
 			}
 			c.Form = ref
-			return steps.Next("assess", c), nil
+			return steps.Next(assess, c), nil
 		}).
 		Step("assess", func(ctx context.Context, s *steps.Context, c claim) (steps.Outcome[claim], error) {
 			b, err := s.GetBlob(ctx, c.Form)

@@ -41,7 +41,7 @@ type decision struct {
 
 // New returns the workflow, capped at 100 steps.
 func New() *steps.Workflow[State] {
-	return steps.New[State](Name, Version).
+	w := steps.New[State](Name, Version).
 		WithCaps(steps.Caps{MaxSteps: 100}).
 		Init(func(raw json.RawMessage) (State, error) {
 			var in Input
@@ -54,13 +54,17 @@ func New() *steps.Workflow[State] {
 				in.Turns = 4
 			}
 			return State{Turns: min(in.Turns, 40)}, nil
-		}).
-		Step("think", think).
-		Step("act", act).
+		})
+	l := &loop{think: w.Ref("think"), act: w.Ref("act"), answer: w.Ref("answer")}
+	return w.Step("think", l.thinkStep).
+		Step("act", l.actStep).
 		Step("answer", answer)
 }
 
-func think(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+// loop holds the steps' Refs: where think and act go.
+type loop struct{ think, act, answer steps.Ref[State] }
+
+func (l *loop) thinkStep(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	d, err := steps.Call(ctx, s, "model", st.History, func(context.Context) (decision, error) {
 		if st.Turn >= st.Turns {
 			return decision{Action: "answer", Text: fmt.Sprintf("done after %d tool calls", st.Turn)}, nil
@@ -72,12 +76,12 @@ func think(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State
 	}
 	if d.Action == "answer" {
 		st.Answer = d.Text
-		return steps.Next("answer", st), nil
+		return steps.Next(l.answer, st), nil
 	}
-	return steps.Next("act", st), nil
+	return steps.Next(l.act, st), nil
 }
 
-func act(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (l *loop) actStep(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	out, err := steps.Call(ctx, s, "tool:lookup", st.Turn, func(context.Context) (string, error) {
 		return fmt.Sprintf("lookup #%d ok (key %s)", st.Turn+1, s.IdempotencyKey()), nil
 	})
@@ -86,7 +90,7 @@ func act(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State],
 	}
 	st.Turn++
 	st.History = append(st.History, out)
-	return steps.Next("think", st), nil
+	return steps.Next(l.think, st), nil
 }
 
 func answer(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {

@@ -77,21 +77,31 @@ func New(cfg Config) *steps.Workflow[State] {
 	if cfg.HTTP == nil {
 		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}
-	f := flow{pay: &payments.Client{BaseURL: cfg.PaymentsURL, HTTP: cfg.HTTP}}
+	f := &flow{pay: &payments.Client{BaseURL: cfg.PaymentsURL, HTTP: cfg.HTTP}}
 	if cfg.ClaimsURL != "" {
 		f.claims = &claims.Client{BaseURL: cfg.ClaimsURL, HTTP: cfg.HTTP}
 	}
-	return steps.New[State](Name, Version).
-		Init(initState).
-		Step("receive", f.receive).
-		Step("verify-policy", f.verifyPolicy).
-		Step("assess-damage", f.assess).
-		Step("set-amount", f.setAmount).
-		Step("approve-payout", f.approve).
-		Step("pay", f.payout, steps.WithRetry(steps.RetryPolicy{Attempts: 8, Backoff: 500 * time.Millisecond})).
-		Step("notify", f.notify).
-		Step("close", f.close).
-		Step("archive", f.archive)
+	w := steps.New[State](Name, Version).Init(initState)
+	f.to = next{
+		verify: w.Ref("verify-policy"), assess: w.Ref("assess-damage"), amount: w.Ref("set-amount"),
+		approve: w.Ref("approve-payout"), pay: w.Ref("pay"), notify: w.Ref("notify"),
+		close: w.Ref("close"), archive: w.Ref("archive"),
+	}
+	w.Step("receive", f.receive)
+	w.Step("verify-policy", f.verifyPolicy)
+	w.Step("assess-damage", f.assess)
+	w.Step("set-amount", f.setAmount)
+	w.Step("approve-payout", f.approve)
+	w.Step("pay", f.payout, steps.WithRetry(steps.RetryPolicy{Attempts: 8, Backoff: 500 * time.Millisecond}))
+	w.Step("notify", f.notify)
+	w.Step("close", f.close)
+	w.Step("archive", f.archive)
+	return w
+}
+
+// next holds the Refs of the steps the claim's steps go to.
+type next struct {
+	verify, assess, amount, approve, pay, notify, close, archive steps.Ref[State]
 }
 
 func initState(raw json.RawMessage) (State, error) {
@@ -117,19 +127,20 @@ func initState(raw json.RawMessage) (State, error) {
 type flow struct {
 	pay    *payments.Client
 	claims *claims.Client // nil: no claims system
+	to     next
 }
 
-func (flow) receive(_ context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) receive(_ context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	if st.Requested < 0 {
 		return steps.Fail(st, fmt.Sprintf("claim %s: negative amount %d", s.RunID(), st.Requested)), nil
 	}
 	if _, err := time.ParseDuration(st.ApprovalTTL); err != nil {
 		return steps.Fail(st, fmt.Sprintf("claim %s: approval_ttl %q is not a Go duration", s.RunID(), st.ApprovalTTL)), nil
 	}
-	return steps.Next("verify-policy", st), nil
+	return steps.Next(f.to.verify, st), nil
 }
 
-func (flow) verifyPolicy(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) verifyPolicy(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	// A lookup in the policy system, journaled like any tool call.
 	pol, err := steps.Call(ctx, s, "policy-lookup", map[string]string{"claim": s.RunID()}, func(context.Context) (map[string]string, error) {
 		return map[string]string{"policy_id": "POL-" + s.RunID(), "coverage": "comprehensive"}, nil
@@ -138,10 +149,10 @@ func (flow) verifyPolicy(ctx context.Context, s *steps.Context, st State) (steps
 		return steps.Outcome[State]{}, err
 	}
 	st.PolicyID, st.Coverage = pol["policy_id"], pol["coverage"]
-	return steps.Next("assess-damage", st), nil
+	return steps.Next(f.to.assess, st), nil
 }
 
-func (flow) assess(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) assess(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	// Stands in for a model call: recorded, never made twice.
 	a, err := steps.Call(ctx, s, "damage-model", map[string]any{"claim": s.RunID(), "policy": st.PolicyID}, func(context.Context) (string, error) {
 		return "rear bumper and tail light, repairable", nil
@@ -150,10 +161,10 @@ func (flow) assess(ctx context.Context, s *steps.Context, st State) (steps.Outco
 		return steps.Outcome[State]{}, err
 	}
 	st.Assessment = a
-	return steps.Next("set-amount", st), nil
+	return steps.Next(f.to.amount, st), nil
 }
 
-func (f flow) setAmount(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) setAmount(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	st.Amount = st.Requested
 	if f.claims != nil {
 		// Register the claim in the claims system (kept if already there).
@@ -165,10 +176,10 @@ func (f flow) setAmount(ctx context.Context, s *steps.Context, st State) (steps.
 		}
 		st.Amount = c.Amount
 	}
-	return steps.Next("approve-payout", st), nil
+	return steps.Next(f.to.approve, st), nil
 }
 
-func (f flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	if f.claims != nil {
 		// Re-read the facts on every run of this step: after a resume the
 		// journal does not replay this read, so an amount edited while the
@@ -182,7 +193,7 @@ func (f flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Ou
 		st.Amount = c.Amount
 	}
 	if st.Amount <= ApprovalThreshold {
-		return steps.Next("pay", st), nil
+		return steps.Next(f.to.pay, st), nil
 	}
 	ttl, _ := time.ParseDuration(st.ApprovalTTL)
 	req := steps.ApprovalRequest{
@@ -205,14 +216,14 @@ func (f flow) approve(ctx context.Context, s *steps.Context, st State) (steps.Ou
 		return steps.Fail(st, fmt.Sprintf("payout rejected by %s: %s", d.By, d.Reason)), nil
 	}
 	st.ApprovedBy = d.By
-	return steps.Next("pay", st), nil
+	return steps.Next(f.to.pay, st), nil
 }
 
 func payoutFor(run string, st State) Payout {
 	return Payout{Claim: run, Amount: st.Amount, Currency: "EUR", Payee: "claimant-of-" + run, Reason: st.Assessment}
 }
 
-func (f flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	p := payoutFor(s.RunID(), st)
 	req := payments.PayRequest{RunID: s.RunID(), Claim: p.Claim, Amount: p.Amount, Currency: p.Currency, Payee: p.Payee}
 	res, err := steps.Effect(ctx, s, "pay", req, func(ctx context.Context, key string) (paid, error) {
@@ -228,7 +239,7 @@ func (f flow) payout(ctx context.Context, s *steps.Context, st State) (steps.Out
 		return steps.Outcome[State]{}, fmt.Errorf("pay claim %s: %w", s.RunID(), err)
 	}
 	st.PaymentID = res.ID
-	return steps.Next("notify", st), nil
+	return steps.Next(f.to.notify, st), nil
 }
 
 // paid is the journaled answer of the payments API.
@@ -240,14 +251,14 @@ type paid struct {
 // ProviderReplayed: the API had seen the key (steps.Replayer).
 func (p paid) ProviderReplayed() bool { return p.Replayed }
 
-func (flow) notify(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) notify(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
 	st.Notified = true
-	return steps.Next("close", st), nil
+	return steps.Next(f.to.close, st), nil
 }
 
-func (flow) close(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *flow) close(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {
 	st.Closed = true
-	return steps.Next("archive", st), nil
+	return steps.Next(f.to.archive, st), nil
 }
 
 func (flow) archive(_ context.Context, _ *steps.Context, st State) (steps.Outcome[State], error) {

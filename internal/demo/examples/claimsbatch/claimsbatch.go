@@ -39,13 +39,17 @@ type State struct {
 
 // New returns the claims-batch workflow.
 func New() *steps.Workflow[State] {
-	return steps.New[State](Name, Version).
+	w := steps.New[State](Name, Version).
 		Init(initState).
 		InputSchema(`{"type": "object", "additionalProperties": false, "required": ["count"], "properties": {
 			"count": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "child claims to start"},
-			"amount": {"type": "integer", "minimum": 1, "description": "amount of each claim, default 1840"}}}`).
-		Step("start", start).
-		Step("collect", collect)
+			"amount": {"type": "integer", "minimum": 1, "description": "amount of each claim, default 1840"}}}`)
+	collectRef := w.Ref("collect")
+	w.Step("start", func(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+		return start(s, collectRef, st)
+	})
+	w.Step("collect", collect)
+	return w
 }
 
 func initState(raw json.RawMessage) (State, error) {
@@ -62,7 +66,7 @@ func initState(raw json.RawMessage) (State, error) {
 	return st, nil
 }
 
-func start(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func start(s *steps.Context, collect steps.Ref[State], st State) (steps.Outcome[State], error) {
 	if st.Count < 1 || st.Count > checkpoint.MaxBranches {
 		return steps.Fail(st, fmt.Sprintf("count must be 1 to %d, got %d", checkpoint.MaxBranches, st.Count)), nil
 	}
@@ -73,7 +77,7 @@ func start(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State
 	for i := range children {
 		children[i] = steps.Child{Workflow: claim.Name, ID: fmt.Sprintf("%s-%d", s.RunID(), i+1), Input: claim.Input{Amount: st.Amount}}
 	}
-	return steps.StartChildren("collect", st, children...), nil
+	return steps.StartChildren(collect, st, children...), nil
 }
 
 func collect(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {

@@ -69,15 +69,23 @@ func New(cfg Config) *steps.Workflow[State] {
 		cfg.HTTP = &http.Client{Timeout: 10 * time.Second}
 	}
 	pay := payments.Client{BaseURL: cfg.PaymentsURL, HTTP: cfg.HTTP}
-	return steps.New[State](Name, Version).
+	w := steps.New[State](Name, Version).
 		Init(initState).
 		InputSchema(`{"type": "object", "additionalProperties": false, "properties": {
-			"branches": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "branches to run, default 8"}}}`).
-		Step("split", split).
-		Branch("pay-one", steps.BranchFunc(func(ctx context.Context, s *steps.Context, in Pay) (Paid, error) {
-			return payOne(ctx, s, pay, in)
-		})).
-		Step("sum", sum)
+			"branches": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "branches to run, default 8"}}}`)
+	f := &fan{sum: w.Ref("sum")}
+	f.payOne = steps.AddBranch(w, "pay-one", func(ctx context.Context, s *steps.Context, in Pay) (Paid, error) {
+		return payOne(ctx, s, pay, in)
+	})
+	w.Step("split", f.split)
+	w.Step("sum", f.sumUp)
+	return w
+}
+
+// fan holds the Refs the steps go to: the branch step and the join.
+type fan struct {
+	payOne steps.BranchRef[Pay, Paid]
+	sum    steps.Ref[State]
 }
 
 func initState(raw json.RawMessage) (State, error) {
@@ -94,15 +102,15 @@ func initState(raw json.RawMessage) (State, error) {
 	return st, nil
 }
 
-func split(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func (f *fan) split(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
 	if st.Branches < 1 || st.Branches > checkpoint.MaxBranches {
 		return steps.Fail(st, fmt.Sprintf("branches must be 1 to %d, got %d", checkpoint.MaxBranches, st.Branches)), nil
 	}
 	bs := make([]steps.Branch, st.Branches)
 	for i := range bs {
-		bs[i] = steps.Branch{Step: "pay-one", Input: Pay{I: i + 1}}
+		bs[i] = f.payOne.With(Pay{I: i + 1})
 	}
-	return steps.FanOut("sum", st, bs...), nil
+	return steps.FanOut(f.sum, st, bs...), nil
 }
 
 func payOne(ctx context.Context, s *steps.Context, pay payments.Client, in Pay) (Paid, error) {
@@ -117,8 +125,8 @@ func payOne(ctx context.Context, s *steps.Context, pay payments.Client, in Pay) 
 	return res, err
 }
 
-func sum(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
-	paid, err := steps.BranchOutputs[Paid](s)
+func (f *fan) sumUp(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+	paid, err := f.payOne.Outputs(s)
 	if err != nil {
 		return steps.Outcome[State]{}, err
 	}

@@ -39,12 +39,15 @@ type State struct {
 
 // New returns the shipment workflow.
 func New() *steps.Workflow[State] {
-	return steps.New[State](Name, Version).
+	w := steps.New[State](Name, Version).
 		Init(initState).
 		InputSchema(`{"type": "object", "additionalProperties": false, "properties": {
-			"ttl": {"type": "string", "minLength": 2, "description": "how long to wait for the delivered signal, a Go duration, default 72h"}}}`).
-		Signals(Delivered).
-		Step("await-delivery", awaitDelivery)
+			"ttl": {"type": "string", "minLength": 2, "description": "how long to wait for the delivered signal, a Go duration, default 72h"}}}`)
+	delivered := w.Signal(Delivered)
+	w.Step("await-delivery", func(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+		return awaitDelivery(s, delivered, st)
+	})
+	return w
 }
 
 func initState(raw json.RawMessage) (State, error) {
@@ -61,20 +64,17 @@ func initState(raw json.RawMessage) (State, error) {
 	return st, nil
 }
 
-func awaitDelivery(ctx context.Context, s *steps.Context, st State) (steps.Outcome[State], error) {
+func awaitDelivery(s *steps.Context, delivered steps.SignalRef[State], st State) (steps.Outcome[State], error) {
 	ttl, err := time.ParseDuration(st.TTL)
 	if err != nil || ttl <= 0 {
 		return steps.Fail(st, fmt.Sprintf("ttl %q: want a positive Go duration such as 72h", st.TTL)), nil
 	}
-	sig, err := s.Signal(Delivered)
+	sig, wait, err := steps.Recv(s, delivered, ttl)
 	if errors.Is(err, steps.ErrSignalExpired) {
 		return steps.Fail(st, fmt.Sprintf("no %s signal within %s", Delivered, st.TTL)), nil
 	}
-	if err != nil {
-		return steps.Outcome[State]{}, err
-	}
 	if sig == nil {
-		return steps.AwaitSignal[State](Delivered, ttl), nil
+		return wait, err // parks until it comes
 	}
 	st.Delivered, st.DeliveredBy = sig.Data, sig.By
 	return steps.Complete(st), nil
