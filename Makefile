@@ -80,6 +80,7 @@ deps:
 vet:
 	$(LINT_NICE) $(GO) vet ./...
 	cd examples/expense && $(LINT_NICE) $(GO) vet ./... && $(LINT_NICE) $(GO) build -o /dev/null .
+	cd examples/research && $(LINT_NICE) $(GO) vet ./... && $(LINT_NICE) $(GO) build -o /dev/null .
 
 # Quick loop while developing: no race detector, skips the process-level tests.
 unit:

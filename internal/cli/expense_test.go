@@ -17,17 +17,48 @@ import (
 	"github.com/durable-run/durable/internal/test/testenv"
 )
 
-// buildExpense builds examples/expense, a module of its own on durable's
+// buildExample builds examples/<name>, a module of its own on durable's
 // public packages, as its README tells a user to.
-func buildExpense(t *testing.T) string {
+func buildExample(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "expense")
+	bin := filepath.Join(t.TempDir(), name)
 	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join("..", "..", "examples", "expense")
+	cmd.Dir = filepath.Join("..", "..", "examples", name)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cd examples/expense && go build: %v\n%s", err, out)
+		t.Fatalf("cd examples/%s && go build: %v\n%s", name, err, out)
 	}
 	return bin
+}
+
+// devUp starts `durable dev` with args and waits until it serves httpAddr.
+func devUp(t *testing.T, httpAddr string, args ...string) *devProcess {
+	t.Helper()
+	dev := startDev(t, testenv.DurableBin(t), args...)
+	testenv.Eventually(t, 30*time.Second, "durable dev up", func() bool {
+		if dev.exited() {
+			t.Fatalf("durable dev exited early: %v\n%s", dev.waitEr, dev.out)
+		}
+		c, err := net.DialTimeout("tcp", httpAddr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil && strings.Contains(dev.out.String(), "durable dev is up")
+	})
+	return dev
+}
+
+// startExampleWorker starts an example's worker binary on natsURL, its
+// output to log, killed when the test ends.
+func startExampleWorker(t *testing.T, bin, natsURL string, log *testenv.Buffer, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "--nats", natsURL, "--ack-wait", "2s")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
 
 // The expense example against `durable dev`: its worker is SIGKILLed while
@@ -42,22 +73,11 @@ func TestExpenseExample(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections)
-	expense := buildExpense(t)
+	expense := buildExample(t, "expense")
 	natsPort, httpPort := freePort(t), freePort(t)
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
-	dev := startDev(t, testenv.DurableBin(t), "--data", filepath.Join(t.TempDir(), "data"),
-		"--nats-port", fmt.Sprint(natsPort), "--http", httpAddr, "--workers", "1")
-	testenv.Eventually(t, 30*time.Second, "durable dev up", func() bool {
-		if dev.exited() {
-			t.Fatalf("durable dev exited early: %v\n%s", dev.waitEr, dev.out)
-		}
-		c, err := net.DialTimeout("tcp", httpAddr, time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil && strings.Contains(dev.out.String(), "durable dev is up")
-	})
+	devUp(t, httpAddr, "--data", filepath.Join(t.TempDir(), "data"), "--nats-port", fmt.Sprint(natsPort), "--http", httpAddr, "--workers", "1")
 	pay := payments.Client{BaseURL: "http://" + httpAddr + "/demo/payments"}
 	cliAt := func(a ...string) result { return runCLI(append(a, "--nats", natsURL)...) }
 	status := func(id string) string {
@@ -85,14 +105,7 @@ func TestExpenseExample(t *testing.T) {
 
 	workerLog := &testenv.Buffer{}
 	startWorker := func() *exec.Cmd {
-		cmd := exec.Command(expense, "--nats", natsURL, "--ack-wait", "2s")
-		cmd.Env = append(os.Environ(), "DURABLE_PAYMENTS_URL="+pay.BaseURL)
-		cmd.Stdout, cmd.Stderr = workerLog, workerLog
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
+		return startExampleWorker(t, expense, natsURL, workerLog, "DURABLE_PAYMENTS_URL="+pay.BaseURL)
 	}
 	first := startWorker()
 
