@@ -505,7 +505,7 @@ func (b *Bench) redisUsedMemory(ctx context.Context) (int64, error) {
 }
 
 // sampleRunKeys is the mean MEMORY USAGE of up to 64 run records among ids
-// (the key layout is the Redis store's, documented in the README).
+// (the key layout is the Redis store's, documented in docs/protocol.md).
 func (b *Bench) sampleRunKeys(ctx context.Context, ids []string) (float64, error) {
 	const samples = 64
 	step := max(1, len(ids)/samples)

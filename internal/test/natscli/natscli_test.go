@@ -32,12 +32,12 @@ import (
 )
 
 const (
-	readme     = "../../../README.md"
+	readme     = "../../../docs/replay.md"
 	deployConf = "../../../deploy/nats/nats-server.conf"
 	workflow   = "claim"
 )
 
-// The runs the README's recipes name: two claims that complete, one that
+// The runs the recipes of docs/replay.md name: two claims that complete, one that
 // dies at step 6 because the payments API is down.
 var (
 	completed = []string{"claim-0040", "claim-0041"}
@@ -45,7 +45,7 @@ var (
 	allRuns   = append(append([]string(nil), completed...), deadRun)
 )
 
-// TestReadmeReplayRecipes runs every block of the README's "Replay and
+// TestReadmeReplayRecipes runs every block of docs/replay.md's "Replay and
 // redrive" section, as written, against a live fleet, and proves that
 // nothing ran twice.
 func TestReadmeReplayRecipes(t *testing.T) {
@@ -55,7 +55,7 @@ func TestReadmeReplayRecipes(t *testing.T) {
 	blocks := readmeBlocks(t)
 	for _, name := range []string{"connect", "view", "replay-run", "replay-window", "republish-dead", "redrive"} {
 		if blocks[name] == "" {
-			t.Fatalf("README.md has no block marked <!-- replay-test: %s -->", name)
+			t.Fatalf("docs/replay.md has no block marked <!-- replay-test: %s -->", name)
 		}
 	}
 	// The CLI builds while the fleet runs the claims (a minute the first
@@ -167,7 +167,7 @@ func TestReadmeReplayRecipes(t *testing.T) {
 	t.Logf("payments API refused %d requests of %s while down", f.refused.Load(), deadRun)
 }
 
-// readmeBlocks returns the fenced blocks of README.md marked with
+// readmeBlocks returns the fenced blocks of docs/replay.md marked with
 // <!-- replay-test: NAME -->, by name.
 func readmeBlocks(t *testing.T) map[string]string {
 	t.Helper()
@@ -179,15 +179,15 @@ func readmeBlocks(t *testing.T) map[string]string {
 	out := map[string]string{}
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		if _, dup := out[m[1]]; dup {
-			t.Fatalf("README.md: two blocks named %s", m[1])
+			t.Fatalf("docs/replay.md: two blocks named %s", m[1])
 		}
 		out[m[1]] = m[2]
 	}
 	return out
 }
 
-// shell runs README blocks with bash, after the connect block, with only
-// the README's placeholders substituted.
+// shell runs the recipe blocks with bash, after the connect block, with only
+// the recipes' placeholders substituted.
 type shell struct {
 	t       *testing.T
 	connect string
@@ -211,9 +211,9 @@ func (s *shell) run(name, block string) string {
 	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Env = []string{"PATH=" + s.path + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + s.t.TempDir(), "LANG=C"}
 	out, err := cmd.CombinedOutput()
-	s.t.Logf("--- README block %s\n%s", name, out)
+	s.t.Logf("--- recipe block %s\n%s", name, out)
 	if err != nil {
-		s.t.Fatalf("README block %s: %v", name, err)
+		s.t.Fatalf("recipe block %s: %v", name, err)
 	}
 	return string(out)
 }

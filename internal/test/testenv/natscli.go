@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// NATSCLIVersion is the nats CLI the README's replay recipes are written
+// NATSCLIVersion is the nats CLI the replay recipes (docs/replay.md) are written
 // for and tested with.
 const NATSCLIVersion = "v0.5.0"
 
