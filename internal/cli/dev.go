@@ -104,7 +104,7 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
 	o.retention = schedulercmd.Days(scheduler.DefaultRetention)
 	fs.Var(&o.retention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone (env DURABLE_RETENTION)")
-	fs.BoolVar(&o.archive, "archive", false, "archive a run (gzipped JSON in the Object Store bucket "+client.ArchiveBucket+") before retention purges it; `durable runs show` reads it (env DURABLE_ARCHIVE=1)")
+	fs.BoolVar(&o.archive, "archive", false, "archive a run (gzipped JSON in the Object Store bucket "+client.ArchiveBucket+") before retention purges it; durable runs show reads it (env DURABLE_ARCHIVE=1)")
 	// The env default is read after parsing so that -h never prints it.
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL for the checkpoint store (env DURABLE_REDIS_URL); empty uses JetStream KV")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage+"; /metrics is also served on --http")

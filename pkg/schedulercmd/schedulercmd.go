@@ -143,7 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(&o.runRetention, "retention", "purge the runs that ended this long ago (30d, 720h; 0 keeps every run), leaving a tombstone; default 30d, or DURABLE_RETENTION")
 	fs.IntVar(&o.purgeRate, "purge-rate", scheduler.DefaultPurgeRate, "purge at most this many ended runs a second")
 	fs.Float64Var(&o.purgeShare, "purge-share", scheduler.DefaultPurgeShare, "the share of the time the purge works, in (0, 1]: it rests between chunks of runs so that the store serves the live work (1: never rests)")
-	fs.BoolVar(&o.archive, "archive", os.Getenv("DURABLE_ARCHIVE") == "1", "before purging a run, write it with its checkpoints and audit to the Object Store bucket "+client.ArchiveBucket+" (one gzipped JSON document), which `durable runs show` reads; or DURABLE_ARCHIVE=1")
+	fs.BoolVar(&o.archive, "archive", os.Getenv("DURABLE_ARCHIVE") == "1", "before purging a run, write it with its checkpoints and audit to the Object Store bucket "+client.ArchiveBucket+" (one gzipped JSON document), which durable runs show reads; or DURABLE_ARCHIVE=1")
 	fs.Var(&o.archiveTTL, "archive-retention", "with --archive, when it creates the bucket: keep an archived run this long (0: for ever)")
 	fs.Var(&o.tombstones, "tombstone-retention", "keep a purged run's tombstone (its id taken, `runs show` says when it ended) this long")
 	fs.StringVar(&o.metricsAddr, "metrics", "", service.MetricsUsage)

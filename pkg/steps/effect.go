@@ -20,7 +20,8 @@ var ErrSecondEffect = errors.New("a step has one Effect")
 
 // Effect performs the step's side effect (a payment, an email, a write to
 // another system) once for the logical step. fn gets the step's
-// idempotency key, "<run>:step<n>", the same on every attempt, and must
+// idempotency key, "<run>:step<n>" ("<run>:step<n>.<i>" in branch i, from
+// 1, of a fan-out joined at step n), the same on every attempt, and must
 // hand it to the provider, so that a retry after a crash between the
 // effect and its record cannot do it twice. Like Call, the result is
 // journaled under name as soon as fn returns: a retried step gets it back

@@ -63,8 +63,9 @@ func Decision[S any](s *Context, req ApprovalRequest) (*checkpoint.Approval, Out
 // RunChildren returns how the child runs ended, in the order given, once
 // they all have. Until then it returns nil and the outcome that commits
 // state, starts them and waits for them (StartChildren), holding no
-// worker; when they have all ended the step runs again on state and this
-// call returns their results. With no children it returns an empty list at
+// worker; when they have all ended the step runs again on state, as the
+// run's next step (a step n that starts children runs again as step n+1),
+// and this call returns their results. With no children it returns an empty list at
 // once. The step's children are those with the same ids (Child.ID, or
 // the default derived from the run and the step), so a step runs one set
 // of children; a second set is another step's.
