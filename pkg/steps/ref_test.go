@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -106,5 +108,26 @@ func TestOutputsByBranchStep(t *testing.T) {
 	}
 	if _, err := count.Outputs(all); err == nil || errors.Is(err, steps.ErrNotAJoin) {
 		t.Fatalf("an output of another type: %v, want a decode error", err)
+	}
+}
+
+// A join that reads a branch's outputs as another type than the branch
+// returns does not compile: the mismatch the issue asks registration to
+// refuse is refused before, by the compiler. testdata/outputs/match is the
+// same join with the branch's type, which compiles.
+func TestBranchOutputTypeChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build")
+	}
+	build := func(dir string) (string, error) {
+		out, err := exec.Command("go", "build", "-o", os.DevNull, "./testdata/outputs/"+dir).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := build("match"); err != nil {
+		t.Fatalf("the matching join does not build: %v\n%s", err, out)
+	}
+	out, err := build("mismatch")
+	if err == nil || !strings.Contains(out, "cannot use count.Outputs(s)") {
+		t.Fatalf("the mismatched join: %v\n%s\nwant a compile error on count.Outputs(s)", err, out)
 	}
 }
