@@ -45,12 +45,13 @@ var purgeCases = []purgeCase{
 }
 
 // A purge deletes every key of a run with fan-outs, its branches' too,
-// and leaves only the tombstone, also of a run the previous release
-// created (prevCreateScript), whose purge reads its checkpoints to find
-// the fan-outs.
+// and leaves only the tombstone, whichever release created the run: one
+// the previous release created (its fan-outs not listed in the run hash,
+// so the purge reads its checkpoints to find them) and one this release
+// created, whose purge reads no checkpoint (no MGET).
 func TestPurgeRunWithFanOuts(t *testing.T) {
 	client := startClient(t)
-	for _, created := range []string{"previous"} {
+	for _, created := range []string{"previous", "current"} {
 		for i, c := range purgeCases {
 			t.Run(created+" release/"+c.name, func(t *testing.T) {
 				ctx := testCtx(t)
