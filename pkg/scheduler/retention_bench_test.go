@@ -25,7 +25,8 @@ import (
 // runs shaped like durable bench's claims-9 on Redis, one of them with a
 // fan-out, and report the redis-server's CPU per run too (INFO cpu: the
 // listing's reads and the purges'), which other processes on the
-// machine do not blur as much as runs/s.
+// machine do not blur as much as runs/s, and the time it spent in
+// scripts (INFO commandstats evalsha), the purges' own.
 //
 //	go test ./pkg/scheduler -run NONE -bench Purge -benchtime 20000x
 func BenchmarkPurge(b *testing.B) {
@@ -68,9 +69,10 @@ func benchPurge(b *testing.B, kind string, archived bool, fill func(*testing.B, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	var cpu0 time.Duration
+	var cpu0, script0 time.Duration
 	if f.Redis != nil {
 		cpu0 = testenv.RedisCPU(b, f.Redis)
+		_, script0 = testenv.RedisCommandStat(b, f.Redis, "evalsha")
 	}
 	b.ResetTimer()
 	began := time.Now()
@@ -82,7 +84,9 @@ func benchPurge(b *testing.B, kind string, archived bool, fill func(*testing.B, 
 	}
 	b.ReportMetric(float64(res.Purged)/took.Seconds(), "runs/s")
 	if f.Redis != nil {
+		_, script := testenv.RedisCommandStat(b, f.Redis, "evalsha")
 		b.ReportMetric(float64((testenv.RedisCPU(b, f.Redis)-cpu0).Nanoseconds())/1e3/float64(res.Purged), "redis-µs/run")
+		b.ReportMetric(float64((script-script0).Nanoseconds())/1e3/float64(res.Purged), "script-µs/run")
 	}
 }
 

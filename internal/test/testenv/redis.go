@@ -117,3 +117,35 @@ func RedisCPU(tb testing.TB, client redis.UniversalClient) time.Duration {
 	}
 	return total
 }
+
+// RedisCommandStat is how many times the redis-server behind client ran
+// command (lower case: "evalsha", "mget"), the calls of scripts
+// included, and the time it spent in them (INFO commandstats); zero for
+// a command it has not run.
+func RedisCommandStat(tb testing.TB, client redis.UniversalClient, command string) (calls int64, spent time.Duration) {
+	tb.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		stats, ok := strings.CutPrefix(line, "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case k != "calls" && k != "usec":
+			case err != nil:
+				tb.Fatalf("INFO commandstats %s: %v", line, err)
+			case k == "calls":
+				calls = n
+			default:
+				spent = time.Duration(n) * time.Microsecond
+			}
+		}
+	}
+	return calls, spent
+}

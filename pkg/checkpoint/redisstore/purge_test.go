@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 )
@@ -71,11 +71,12 @@ func TestPurgeRunWithFanOuts(t *testing.T) {
 				if before := runKeys(); len(before) < 4*c.steps+1 {
 					t.Fatalf("before the purge: %d keys %v, want the run's keys of every kind", len(before), before)
 				}
-				mgets := commandCalls(t, ctx, client, "mget")
+				mgets, _ := testenv.RedisCommandStat(t, client, "mget")
 				if err := s.Purge(ctx, run, time.Hour); err != nil {
 					t.Fatal(err)
 				}
-				mgets = commandCalls(t, ctx, client, "mget") - mgets
+				after, _ := testenv.RedisCommandStat(t, client, "mget")
+				mgets = after - mgets
 				if keys := runKeys(); len(keys) != 1 || keys[0] != prefix+":{"+run.ID+"}:run" {
 					t.Errorf("after the purge: keys %v, want the tombstone alone", keys)
 				}
@@ -173,23 +174,4 @@ func scanKeys(t *testing.T, ctx context.Context, client *redis.Client, pattern s
 		t.Fatal(err)
 	}
 	return keys
-}
-
-var commandStat = regexp.MustCompile(`(?m)^cmdstat_([a-z|]+):calls=(\d+)`)
-
-// commandCalls is how many times the server ran command, scripts' calls
-// included (INFO commandstats).
-func commandCalls(t *testing.T, ctx context.Context, client *redis.Client, command string) int64 {
-	t.Helper()
-	info, err := client.Info(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range commandStat.FindAllStringSubmatch(info, -1) {
-		if m[1] == command {
-			n, _ := strconv.ParseInt(m[2], 10, 64)
-			return n
-		}
-	}
-	return 0
 }
