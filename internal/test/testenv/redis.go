@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/durable-run/durable/internal/proc"
 )
@@ -89,4 +93,59 @@ func StartRedisServer(tb testing.TB, opts ...RedisOption) *RedisServer {
 func StartRedis(tb testing.TB, extraArgs ...string) *Redis {
 	tb.Helper()
 	return StartRedisServer(tb, RedisUnixSocket(), RedisArgs(extraArgs...))
+}
+
+// RedisCPU is the CPU time the redis-server behind client has used, user
+// and system (INFO cpu): a benchmark reports its delta per op, which
+// other processes on the machine blur less than the time an op takes.
+func RedisCPU(tb testing.TB, client redis.UniversalClient) time.Duration {
+	tb.Helper()
+	info, err := client.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			sec, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu %s: %v", line, err)
+			}
+			total += time.Duration(sec * float64(time.Second))
+		}
+	}
+	return total
+}
+
+// RedisCommandStat is how many times the redis-server behind client ran
+// command (lower case: "evalsha", "mget"), the calls of scripts
+// included, and the time it spent in them (INFO commandstats); zero for
+// a command it has not run.
+func RedisCommandStat(tb testing.TB, client redis.UniversalClient, command string) (calls int64, spent time.Duration) {
+	tb.Helper()
+	info, err := client.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		stats, ok := strings.CutPrefix(line, "cmdstat_"+command+":")
+		if !ok {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case k != "calls" && k != "usec":
+			case err != nil:
+				tb.Fatalf("INFO commandstats %s: %v", line, err)
+			case k == "calls":
+				calls = n
+			default:
+				spent = time.Duration(n) * time.Microsecond
+			}
+		}
+	}
+	return calls, spent
 }

@@ -61,7 +61,7 @@ func benchCommits(b *testing.B, client *redis.Client, s *redisstore.Store, steps
 		}
 		return run
 	}
-	cpu0 := redisCPU(b, client)
+	cpu0 := testenv.RedisCPU(b, client)
 	b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -84,26 +84,5 @@ func benchCommits(b *testing.B, client *redis.Client, s *redisstore.Store, steps
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((redisCPU(b, client)-cpu0).Microseconds())/float64(b.N), "redis-µs/op")
-}
-
-// redisCPU is the CPU time the redis-server has used, user and system.
-func redisCPU(b *testing.B, client *redis.Client) time.Duration {
-	b.Helper()
-	info, err := client.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total time.Duration
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, _ := strings.Cut(line, ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			sec, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", line, err)
-			}
-			total += time.Duration(sec * float64(time.Second))
-		}
-	}
-	return total
+	b.ReportMetric(float64((testenv.RedisCPU(b, client)-cpu0).Microseconds())/float64(b.N), "redis-µs/op")
 }

@@ -9,6 +9,10 @@
 // whose run is gone, and the scheduler repairs the deadline index from the
 // run records.
 //
+// The run hash lists the run's fan-outs (field fo), so that a purge, the
+// retention's cost on Redis, names every key of the run, its branches'
+// too, without reading its checkpoints.
+//
 // Run Redis with AOF (appendonly yes): a checkpoint is only as durable as
 // the server's fsync policy.
 //

@@ -94,7 +94,11 @@ func (s *Store) EndedBefore(ctx context.Context, cutoff time.Time, limit int) ([
 }
 
 // Purge deletes run and every key stored under it in one script
-// (purgeScript), compare-and-set on run.Rev, leaving the tombstone.
+// (purgeScript), compare-and-set on run.Rev, leaving the tombstone. It
+// reads neither the run's document nor its checkpoints: the keys of its
+// fan-outs' branches are named from the run hash's list of fan-outs,
+// which Commit keeps, or, in a run created before that list existed,
+// found in its checkpoints.
 func (s *Store) Purge(ctx context.Context, run checkpoint.Run, tombstoneTTL time.Duration) error {
 	if err := readID(run.ID); err != nil {
 		return fmt.Errorf("purge run: %w", err)

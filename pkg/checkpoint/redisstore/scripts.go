@@ -121,14 +121,19 @@ return 1
 `)
 
 // createScript creates the run hash only if it is absent and indexes it
-// (ARGV[2..7], see indexLua). Reply: 1 when created and indexed, {1, old}
+// (ARGV[2..7], see indexLua). Its field fo, the run's fan-outs, starts
+// empty: present, it says that every fan-out since the creation is
+// listed there (commitScript), which a run created before the field
+// existed does not have. A worker of that release commits a fan-out
+// without listing it, and a purge would leave its branches' keys: stop
+// that release's workers before this one creates runs. Reply: 1 when created and indexed, {1, old}
 // when created and the caller indexes it, otherwise {doc, rev, tomb} of
 // the existing run (tomb: the tombstone of a purged one).
 var createScript = redis.NewScript(indexLua + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.call('HMGET', KEYS[1], 'doc', 'rev', 'tomb')
 end
-redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0)
+redis.call('HSET', KEYS[1], 'doc', ARGV[1], 'rev', 1, 'last_cp', 0, 'fo', '')
 local old = indexing()(KEYS[1], false, 2)
 if old then return {1, old} end
 return 1
@@ -180,13 +185,17 @@ return rev
 // the highest committed step, so Checkpoints knows how far to read. Three
 // calls in the common case: the checkpoint is created with SET NX and
 // taken back if the revision moved (the script is atomic: nobody sees it).
-// The run is indexed with ARGV[5..] (indexLua, lightLua), and what its
-// spill moved goes to KEYS[3..5] (the arguments after the index's). The
-// reply is as updateScript's.
+// ARGV[5] is how many branches the checkpoint fans out to (0: it does
+// not): a fan-out is added to the run hash's list fo as "<step>:<branches>,"
+// so that the purge finds its branches' keys without reading checkpoints;
+// not where fo is missing (a run created before it existed, whose purge
+// reads them). The run is indexed with ARGV[6..] (indexLua, lightLua),
+// and what its spill moved goes to KEYS[3..5] (the arguments after the
+// index's). The reply is as updateScript's.
 var commitScript = redis.NewScript(spillLua + indexLua + lightLua + `
 local cur = redis.call('HMGET', KEYS[1], 'rev', 'last_cp', 'st')
 if not cur[1] then return -1 end
-local a = light(cur[3], 5)
+local a = light(cur[3], 6)
 if a < 0 then return a end
 if not redis.call('SET', KEYS[2], ARGV[3], 'NX') then return -2 end
 if cur[1] ~= ARGV[1] then
@@ -200,8 +209,12 @@ if tonumber(ARGV[4]) > tonumber(cur[2] or '0') then
 else
   redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'rev', rev)
 end
+if ARGV[5] ~= '0' then
+  local fo = redis.call('HGET', KEYS[1], 'fo')
+  if fo then redis.call('HSET', KEYS[1], 'fo', fo .. ARGV[4] .. ':' .. ARGV[5] .. ',') end
+end
 local old = false
-if cur[3] ~= ARGV[5] then old = indexing()(KEYS[1], cur[3], 5) end
+if cur[3] ~= ARGV[6] then old = indexing()(KEYS[1], cur[3], 6) end
 if old then return {rev, old} end
 return rev
 `)
@@ -295,22 +308,26 @@ return 1
 // key stored under it, which it names itself from ARGV[9], the prefix of
 // the run's keys (all in the run's slot): for each step up to the
 // highest of ARGV[10] (the cursor and one past it) and last_cp + 1, its
-// checkpoint, journal and failures; for each checkpoint with a fan-out,
-// its branches' and its join's bitmap and spend; the audit, approval and
-// blob logs and the liveness mark. The run hash KEYS[1] then holds the
-// tombstone ARGV[2] for ARGV[3] ms (none when 0); its index entries go:
+// checkpoint, journal and failures; for each fan-out, its branches' and
+// its join's bitmap and spend; the audit, approval and blob logs and the
+// liveness mark. It reads no checkpoint and not the run's document: the
+// fan-outs are the run hash's list fo (commitScript), except in a run
+// created before that list existed, whose checkpoints it reads (MGET) to
+// find them. The run hash KEYS[1] then holds the tombstone ARGV[2] for
+// ARGV[3] ms (none when 0), and only it; its index entries go:
 // ARGV[4..8] are the shard's prefix (empty in a Cluster: the caller drops
 // them with dropScript), id, workflow, created, and the tombstone's expiry
-// (unix ms). Reply: 1, or -1 when the run is gone, -3 when it moved, -4
-// when it has not ended (its index status, st, is live).
+// (unix ms). Reply: 1, or -1 when the run is gone (a tombstone has no
+// rev), -3 when it moved, -4 when it has not ended (its index status, st,
+// is live).
 var purgeScript = redis.NewScript(indexLua + `
-local cur = redis.call('HMGET', KEYS[1], 'rev', 'st', 'doc', 'last_cp')
-if not cur[1] or not cur[3] then return -1 end
+local cur = redis.call('HMGET', KEYS[1], 'rev', 'st', 'last_cp', 'fo')
+if not cur[1] then return -1 end
 if cur[1] ~= ARGV[1] then return -3 end
 local st = cur[2] or ''
 if st == 'running' or st == 'waiting' then return -4 end
 local tag = ARGV[9]
-local last = math.max(tonumber(ARGV[10]), tonumber(cur[4] or '0') + 1)
+local last = math.max(tonumber(ARGV[10]), tonumber(cur[3] or '0') + 1)
 local keys = {KEYS[1], tag .. 'audit', tag .. 'approvals', tag .. 'blobs', tag .. 'alive'}
 local function gone(k)
   keys[#keys + 1] = k
@@ -319,26 +336,30 @@ local function gone(k)
     keys = {}
   end
 end
-local cps, docs = {}, {}
-for n = 1, last do cps[n] = tag .. 'cp:' .. n end
-for from = 1, last, 1000 do
-  local got = redis.call('MGET', unpack(cps, from, math.min(last, from + 999)))
-  for i, doc in ipairs(got) do docs[from + i - 1] = doc end
+local function fanOut(n, branches)
+  local join = tag .. 'cp:' .. (n + 1)
+  for i = 1, branches do
+    local b = (n + 1) .. '.' .. i
+    gone(tag .. 'cp:' .. b); gone(tag .. 'j:' .. b); gone(tag .. 'f:' .. b); gone(tag .. 'fc:' .. b)
+  end
+  gone(join .. ':bits'); gone(join .. ':spend')
 end
-for n = 1, last do
-  local doc = docs[n]
-  if doc and string.find(doc, '"fan_out"', 1, true) then
-    local fan = cjson.decode(doc).fan_out
-    if type(fan) == 'table' and type(fan.branches) == 'table' then
-      local join = tag .. 'cp:' .. (n + 1)
-      for i = 1, #fan.branches do
-        local b = (n + 1) .. '.' .. i
-        gone(tag .. 'cp:' .. b); gone(tag .. 'j:' .. b); gone(tag .. 'f:' .. b); gone(tag .. 'fc:' .. b)
+if cur[4] then
+  for n, branches in string.gmatch(cur[4], '(%d+):(%d+),') do fanOut(tonumber(n), tonumber(branches)) end
+else
+  for from = 1, last, 1000 do
+    local cps = {}
+    for n = from, math.min(last, from + 999) do cps[#cps + 1] = tag .. 'cp:' .. n end
+    for i, doc in ipairs(redis.call('MGET', unpack(cps))) do
+      if doc and string.find(doc, '"fan_out"', 1, true) then
+        local fan = cjson.decode(doc).fan_out
+        if type(fan) == 'table' and type(fan.branches) == 'table' then fanOut(from + i - 1, #fan.branches) end
       end
-      gone(join .. ':bits'); gone(join .. ':spend')
     end
   end
-  gone(cps[n]); gone(tag .. 'j:' .. n); gone(tag .. 'f:' .. n); gone(tag .. 'fc:' .. n)
+end
+for n = 1, last do
+  gone(tag .. 'cp:' .. n); gone(tag .. 'j:' .. n); gone(tag .. 'f:' .. n); gone(tag .. 'fc:' .. n)
 end
 if #keys > 0 then redis.call('UNLINK', unpack(keys)) end
 if tonumber(ARGV[3]) > 0 then

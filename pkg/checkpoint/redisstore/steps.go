@@ -12,7 +12,8 @@ import (
 )
 
 // Commit writes cp first-writer-wins together with run in one script, if
-// run.Rev is still the stored revision. cp.RunID defaults to run.ID.
+// run.Rev is still the stored revision, and lists a fan-out of cp in the
+// run hash for Purge. cp.RunID defaults to run.ID.
 func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) (checkpoint.Run, error) {
 	if cp.RunID == "" {
 		cp.RunID = run.ID
@@ -32,10 +33,14 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
+	branches := 0 // the fan-outs listed in the run hash (commitScript)
+	if cp.FanOut != nil {
+		branches = len(cp.FanOut.Branches)
+	}
 	keys := append([]string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}, s.spillKeys(run.ID)...)
 	rev, err := s.write(ctx, run, commitScript, keys, func(full bool) []any {
-		args := make([]any, 0, 10+len(spilled))
-		args = append(args, strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step)
+		args := make([]any, 0, 11+len(spilled))
+		args = append(args, strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step, branches)
 		return append(s.writeArgs(args, run, full), spilled...)
 	})
 	if err != nil {

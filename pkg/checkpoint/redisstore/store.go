@@ -21,7 +21,10 @@ type Options struct {
 //
 // Keys, with R the run id:
 //
-//	<prefix>:{R}:run      hash: doc (run JSON), rev (revision), last_cp (highest committed step)
+//	<prefix>:{R}:run      hash: doc (run JSON), rev (revision), last_cp (highest committed step),
+//	                      fo (the fan-outs committed, "<step>:<branches>," each, so that a
+//	                      purge names their keys without reading checkpoints; missing in a
+//	                      run created before it existed)
 //	<prefix>:{R}:cp:<n>   string: checkpoint n JSON, written once, never expired
 //	<prefix>:{R}:j:<n>    hash: call name -> call record JSON, journal of step n
 //	<prefix>:{R}:f:<n>    list: the last failure records of step n (JSON), oldest first
