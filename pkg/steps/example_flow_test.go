@@ -207,3 +207,21 @@ func ExampleWorkflow_Ref() {
 	// Output:
 	// workflow research: Ref("publsh") names no step (steps: [draft publish])
 }
+
+func ExampleCallNoted() {
+	type answer struct {
+		Text         string `json:"text"`
+		InputTokens  int    `json:"input_tokens"`
+		OutputTokens int    `json:"output_tokens"`
+	}
+	s := steps.NewContext(steps.ContextConfig{RunID: "r-1", Step: 2, Attempt: 1})
+	// Call with a line for people: `durable runs show` prints it with the step.
+	a, err := steps.CallNoted(context.Background(), s, "model", "summarize the claim", func(context.Context) (answer, error) {
+		return answer{Text: "rear bumper, repairable", InputTokens: 812, OutputTokens: 95}, nil
+	}, func(a answer) string { return fmt.Sprintf("model: %d+%d tokens", a.InputTokens, a.OutputTokens) })
+	fmt.Println(a.Text, err)
+	fmt.Println(s.Calls()[0].Note)
+	// Output:
+	// rear bumper, repairable <nil>
+	// model: 812+95 tokens
+}
