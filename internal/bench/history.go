@@ -97,7 +97,8 @@ type HistoryResult struct {
 	FillRunsPerS    float64    `json:"fill_runs_per_s"`
 	FillCPU         CPUSeconds `json:"fill_cpu_s"`
 	// SettleSeconds: after the fill, until the store was quiet again
-	// (Redis: no AOF rewrite under way).
+	// (Redis: no AOF rewrite under way) and the machine's dirty pages
+	// were written back.
 	SettleSeconds float64 `json:"settle_s"`
 	// Template is what the real claims-9 run occupies in the store, and
 	// Filled what the first ended run written by the fill does: they
@@ -474,7 +475,7 @@ func writeHistory(b *strings.Builder, rs []HistoryResult) error {
 			"the ratio to the twin is what the history costs, to the store and to its servers, with the machine's load of the moment taken out.\n")
 		fmt.Fprintf(b, "store bytes: %.1f -> %.1f MiB, %.0f bytes per ended run (run index included); a real claims-9 run %s, a filled one %s\n",
 			mib(r.StoreBytesEmpty), mib(r.StoreBytesFull), r.BytesPerEndedRun, r.Template, r.Filled)
-		fmt.Fprintf(b, "fill: through the store (CreateRun + 9 Commits of the real run's record and checkpoints, %d at once): %.1fs, %.0f runs/s; CPU s: redis-server %.1f, bench process %.1f; quiet again after %.1fs\n",
+		fmt.Fprintf(b, "fill: through the store (CreateRun + 9 Commits of the real run's record and checkpoints, %d at once): %.1fs, %.0f runs/s; CPU s: redis-server %.1f, bench process %.1f; quiet again (no AOF rewrite, dirty pages written back) after %.1fs\n",
 			r.FillConcurrency, r.FillSeconds, r.FillRunsPerS, r.FillCPU.Redis, r.FillCPU.Bench, r.SettleSeconds)
 		if err := writePurge(b, r); err != nil {
 			return err

@@ -77,3 +77,10 @@ func procStatus(pid int, field string) (int64, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
+
+// flushDisk writes the machine's dirty pages back and waits (sync(2) waits
+// for the writeback on Linux).
+func flushDisk() error {
+	syscall.Sync()
+	return nil
+}
