@@ -26,7 +26,7 @@
 //
 // Signals: POST /api/runs/{run}/signals/{name} with {"data": <JSON>,
 // "id": "<optional, for retries>"} delivers a signal (a token of the groups
-// the workflow names for it with steps.Workflow.SignalFrom, or of
+// the workflow names for it with steps.Workflow.Signal, or of
 // operators; any valid token when it names none; the token's identity is
 // recorded): 200 SignalResult, 400 malformed body, name, id or data, 401,
 // 403 outside those groups (logged, nothing stored), 404 unknown run, 409

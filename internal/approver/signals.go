@@ -51,7 +51,7 @@ type SignalResult struct {
 }
 
 // handleSignal is POST /api/runs/{run}/signals/{name}: a token of the
-// groups the run's workflow names for the signal (steps.Workflow.SignalFrom),
+// groups the run's workflow names for the signal (steps.Workflow.Signal),
 // or of operators, may send it; when the workflow names none, any token
 // may. The signal is recorded with the token's identity.
 func (s *Server) handleSignal(w http.ResponseWriter, r *http.Request) {

@@ -620,7 +620,7 @@ type WorkflowInfo struct {
 	// refused.
 	Signals []string `json:"signals,omitempty"`
 	// SignalGroups names, per signal, the token groups that may send it
-	// through the approver's API (steps.Workflow.SignalFrom). A signal
+	// through the approver's API (steps.Workflow.Signal). A signal
 	// without an entry, and every signal of a record written before this
 	// field existed, may be sent by any valid token.
 	SignalGroups map[string][]string `json:"signal_groups,omitempty"`

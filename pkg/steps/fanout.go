@@ -121,7 +121,7 @@ func (w *Workflow[S]) ExecuteBranch(ctx context.Context, s *Context, name string
 	return d.branch(ctx, s, input)
 }
 
-// fanOut checks and encodes the branches of a fan-out to join.
+// fanOut checks and encodes the branches of a fan-out that step returned.
 func (w *Workflow[S]) fanOut(step string, branches []Branch) ([]checkpoint.Branch, error) {
 	if len(branches) > checkpoint.MaxBranches {
 		return nil, fmt.Errorf("workflow %s step %s: a fan-out has at most %d branches, not %d", w.name, step, checkpoint.MaxBranches, len(branches))
