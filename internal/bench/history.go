@@ -97,7 +97,8 @@ type HistoryResult struct {
 	FillRunsPerS    float64    `json:"fill_runs_per_s"`
 	FillCPU         CPUSeconds `json:"fill_cpu_s"`
 	// SettleSeconds: after the fill, until the store was quiet again
-	// (Redis: no AOF rewrite under way) and the machine's dirty pages
+	// (Redis: no AOF rewrite under way, its key table not being
+	// rehashed) and the machine's dirty pages
 	// were written back.
 	SettleSeconds float64 `json:"settle_s"`
 	// Template is what the real claims-9 run occupies in the store, and
