@@ -158,11 +158,15 @@
 // other key of the run: those the stream lists under "*.<R>.>" (its
 // subject index, no message read: checkpoints, journals, failures, branch
 // keys, spend, the audit, approval and blob logs), alive.<R> and due.<R>,
-// and its index entries, its status entries last. Deletes use the
-// stream's purge API by key (STREAM.PURGE with the key as filter), which
-// leaves no marker, and index entries a marker that expires (as a write
-// removes them), so nothing of a purged run stays but the tombstone;
-// the scheduler's NATS user needs $JS.API.STREAM.PURGE.<stream>.
+// and its index entries, its status entries last. The keys and the
+// creation entries go with purge markers that roll up their subjects and
+// expire after a second, published all at once (a bucket whose stream
+// allows no message TTLs uses the purge API by key instead, where a
+// marker would stay); the status entries with the stream's purge API by
+// key (STREAM.PURGE with the key as filter), which leaves no marker (one
+// would count in CountRuns until it expired). So nothing of a purged run
+// stays but the tombstone; the scheduler's NATS user needs
+// $JS.API.STREAM.PURGE.<stream>.
 //
 // The tombstone, {"_tomb": {workflow, status, ended, purged, expiry}}
 // (under 100 bytes), carries a message TTL (Nats-TTL, nats-server 2.11;
@@ -182,12 +186,12 @@
 // A purge costs, for a run of n keys (a one-step run with a model call:
 // n = 2): a write of the tombstone, a listing of the run's keys (one
 // STREAM.INFO with a subject filter, and on a one-replica bucket one read
-// of alive and due, which on a replicated one are purged blind), one
-// purge request per key and for the status entry (n + 1), a marker that
-// expires for the creation entry, and a write of the entry that counts
+// of alive and due, which on a replicated one are removed blind), a
+// marker per key and for the creation entry, a purge request for the
+// status entry, and a write of the entry that counts
 // the tombstone (run.=ix.t.<R>, with the tombstone's TTL; Tombstones
 // counts them as CountRuns counts entries), in four round trips after
-// the tombstone's: three messages written, and about 325 bytes of the stream kept per tombstone, once
+// the tombstone's, and about 325 bytes of the stream kept per tombstone, once
 // the walks removed the emptied directories (1,000 one-step runs on this
 // project's test VM, against about 2 KB per run before). A purge that
 // stops after its tombstone (a crash) leaves the run's status entries:
