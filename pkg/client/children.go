@@ -10,17 +10,6 @@ import (
 	"github.com/durable-run/durable/pkg/queue"
 )
 
-// waitWhat names what a wait that is not an approval waits for.
-func waitWhat(w *checkpoint.Wait) string {
-	switch w.Kind {
-	case checkpoint.WaitTimer:
-		return "timer"
-	case checkpoint.WaitChildren:
-		return "child runs"
-	}
-	return w.Kind
-}
-
 // StartChildren creates the child runs that checkpoint cp of parent lists
 // and publishes their first steps. It is idempotent: a child that exists
 // is started again only in the sense of Start (its first step published

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/internal/transition"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -31,16 +31,16 @@ var (
 	// ErrRunIDTaken: the id belongs to a different run (other workflow or input).
 	ErrRunIDTaken = errors.New("run id taken by a different run")
 	// ErrNotWaiting: the run is not parked for approval.
-	ErrNotWaiting = errors.New("run is not waiting for approval")
+	ErrNotWaiting = transition.ErrNotWaiting
 	// ErrStaleHash: the approval names a payload other than the one pending.
-	ErrStaleHash = errors.New("approval names a payload that is not the pending one")
+	ErrStaleHash = transition.ErrStaleHash
 	// ErrForbidden: the decider is not in the group the request names, or
 	// the four-eyes rule forbids them (they started the run).
-	ErrForbidden = errors.New("not allowed to decide this run")
+	ErrForbidden = transition.ErrForbidden
 	// ErrWrongStep: the decision names a step other than the parked one.
-	ErrWrongStep = errors.New("decision names another step")
+	ErrWrongStep = transition.ErrWrongStep
 	// ErrNotActive: the run already ended.
-	ErrNotActive = errors.New("run already ended")
+	ErrNotActive = transition.ErrNotActive
 	// ErrNotFound: no such run.
 	ErrNotFound = checkpoint.ErrNotFound
 )
@@ -307,83 +307,59 @@ func (c *Client) decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 	if d.By == "" {
 		return checkpoint.Run{}, errors.New("a decision needs who took it")
 	}
+	return c.change(ctx, d.RunID, transition.Decide{
+		Step: d.Step, PayloadSHA256: d.PayloadSHA256, Groups: d.Groups, FourEyes: d.FourEyes,
+		Reject: d.Reject, By: d.By, Channel: d.Channel, Reason: d.Reason,
+	})
+}
+
+// change applies ev to run id and stores the result, compare-and-set on
+// the revision it read (a writer that came first makes it read the run
+// and apply the event again), then carries out the event's commands with
+// the stored run. A refused event stores nothing, and its commands (a
+// resume owed by an earlier change) still go.
+func (c *Client) change(ctx context.Context, id string, ev transition.Event) (checkpoint.Run, error) {
 	for {
-		run, err := c.store.GetRun(ctx, d.RunID)
+		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
-			return run, fmt.Errorf("run %s: %w", d.RunID, err)
+			return run, fmt.Errorf("run %s: %w", id, err)
 		}
-		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitTimer {
-			return run, fmt.Errorf("run %s sleeps until %s (a timer, not an approval): %w", run.ID, run.Wait.Deadline.Format(time.RFC3339), ErrNotWaiting)
-		}
-		if run.Status == checkpoint.StatusWaiting && run.Wait != nil && !run.Wait.IsApproval() {
-			return run, fmt.Errorf("run %s waits for its %s, not an approval (durable runs show %s says what it waits for): %w", run.ID, waitWhat(run.Wait), run.ID, ErrNotWaiting)
-		}
-		if run.Status != checkpoint.StatusWaiting || run.Wait == nil {
-			c.republishResume(ctx, run)
-			msg := fmt.Sprintf("run %s is %s at step %d", run.ID, run.Status, run.Step)
-			if n := len(run.Approvals); n > 0 {
-				a := run.Approvals[n-1]
-				msg += fmt.Sprintf("; last decision: %s by %s at %s", a.Decision, a.By, a.At.Format(time.RFC3339))
+		r := transition.Apply(run, ev, time.Now())
+		stored := r.Run
+		if r.Store {
+			stored, err = c.store.UpdateRun(ctx, r.Run)
+			if errors.Is(err, checkpoint.ErrConflict) {
+				continue // changed meanwhile: look again
 			}
-			return run, fmt.Errorf("%s: %w", msg, ErrNotWaiting)
+			if err != nil {
+				return run, fmt.Errorf("store run %s: %w", id, err)
+			}
 		}
-		w := run.Wait
-		if d.Step != 0 && d.Step != w.Step {
-			return run, fmt.Errorf("run %s waits at step %d, the decision names step %d: %w", run.ID, w.Step, d.Step, ErrWrongStep)
-		}
-		if d.PayloadSHA256 != "" && d.PayloadSHA256 != w.PayloadSHA256 {
-			return run, fmt.Errorf("run %s: pending payload is %s, not %s: %w", run.ID, w.PayloadSHA256, d.PayloadSHA256, ErrStaleHash)
-		}
-		if d.Groups != nil && !slices.Contains(d.Groups, w.Group) {
-			return run, fmt.Errorf("run %s waits for group %s; %s is in %v: %w", run.ID, w.Group, d.By, d.Groups, ErrForbidden)
-		}
-		if d.FourEyes && run.StartedBy != "" && run.StartedBy == d.By {
-			return run, fmt.Errorf("run %s was started by %s, who may not also approve it (four-eyes rule): %w", run.ID, d.By, ErrForbidden)
-		}
-		decision := checkpoint.DecisionApproved
-		if d.Reject {
-			decision = checkpoint.DecisionRejected
-		}
-		now := time.Now().UTC()
-		next := run
-		next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
-			Step: w.Step, By: d.By, At: now, Decision: decision, Channel: d.Channel,
-			PayloadSHA256: w.PayloadSHA256, Payload: w.Payload, Reason: d.Reason,
-		})
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditDecision, Step: w.Step, At: now, By: d.By, Channel: d.Channel,
-			Group: w.Group, Decision: decision, PayloadSHA256: w.PayloadSHA256, Reason: d.Reason,
-		})
-		next.Status, next.Step, next.StepName = checkpoint.StatusRunning, w.Step, w.StepName
-		next.Wait = nil
-		next.Resumes++
-		next.UpdatedAt = now
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue // decided or changed meanwhile: look again
-		}
-		if err != nil {
-			return run, fmt.Errorf("record decision on %s: %w", run.ID, err)
-		}
-		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Resume)); err != nil {
-			return stored, fmt.Errorf("decision recorded but the resume of step %d was not published; deciding again republishes it: %w", stored.Step, err)
-		}
-		return stored, nil
+		return stored, errors.Join(r.Err, c.carryOut(ctx, stored, r.Commands))
 	}
 }
 
-// republishResume publishes the resume of a run that was decided and is
-// running at the decided step again, with the same message id: the first
-// publish may have been lost after the decision was stored. Within the
-// dedupe window it is dropped; later, the step protocol ignores it unless
-// the run still waits for that step.
-func (c *Client) republishResume(ctx context.Context, run checkpoint.Run) {
-	n := len(run.Approvals)
-	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step {
-		return
+// carryOut carries out the commands of a change, in order, with the
+// stored run, and joins what failed.
+func (c *Client) carryOut(ctx context.Context, run checkpoint.Run, cmds []transition.Command) error {
+	var errs []error
+	for _, cmd := range cmds {
+		switch cmd := cmd.(type) {
+		case transition.PublishStatus:
+			c.statusChanged(ctx, run)
+		case transition.PublishStep:
+			if err := c.publish(ctx, run, cmd.MsgID); err != nil && !cmd.BestEffort {
+				errs = append(errs, fmt.Errorf("%s: %w", cmd.Lost, err))
+			}
+		case transition.CancelChildren:
+			errs = append(errs, c.cancelChildren(ctx, run, cmd.By, action{channel: cmd.Channel}))
+		case transition.NotifyParent:
+			errs = append(errs, c.ChildEnded(ctx, run))
+		default:
+			errs = append(errs, fmt.Errorf("run %s: no way to carry out %T", run.ID, cmd))
+		}
 	}
-	_ = c.publish(ctx, run, queue.ResumeMsgID(run, queue.Resume))
+	return errors.Join(errs...)
 }
 
 // ActionOption qualifies an operator's action (Cancel, Redrive).
@@ -412,37 +388,7 @@ func (c *Client) Cancel(ctx context.Context, id, by string, opts ...ActionOption
 	a := actionOf(opts)
 	ctx, span := c.actionSpan(ctx, id, "durable.cancel", attribute.String("durable.by", by), attribute.String("durable.channel", a.channel))
 	defer func() { endSpan(span, err) }()
-	for {
-		run, err := c.store.GetRun(ctx, id)
-		if err != nil {
-			return run, fmt.Errorf("run %s: %w", id, err)
-		}
-		if run.Status.Terminal() {
-			if run.Status == checkpoint.StatusCancelled {
-				// A cascade cut short by a crash is finished by cancelling again.
-				if err := c.cancelChildren(ctx, run, by, a); err != nil {
-					return run, err
-				}
-			}
-			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotActive)
-		}
-		next := run
-		next.Status, next.Wait, next.UpdatedAt = checkpoint.StatusCancelled, nil, time.Now().UTC()
-		next.Error = "cancelled by " + by
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditCancelled, Step: run.Step, At: next.UpdatedAt, By: by, Channel: a.channel,
-		})
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return stored, err
-		}
-		c.statusChanged(ctx, stored)
-		cascade := c.cancelChildren(ctx, stored, by, a)
-		return stored, errors.Join(cascade, c.ChildEnded(ctx, stored))
-	}
+	return c.change(ctx, id, transition.Cancel{By: by, Channel: a.channel})
 }
 
 // statusChanged publishes a run's new status as a lifecycle event
@@ -513,43 +459,10 @@ func dedupe(s []string) []string {
 	return out
 }
 
-// maxRefusals bounds the refused-approval entries kept on one run, so a
-// misbehaving sender cannot grow a run record without limit.
-const maxRefusals = 50
-
 // RecordRefusal appends a refused approval (wrong hash, step or group,
 // or a run not waiting) to the run's audit. The decision state does not
-// change. Past maxRefusals entries it records nothing more.
+// change. Past transition.MaxRefusals entries it records nothing more.
 func (c *Client) RecordRefusal(ctx context.Context, id string, e checkpoint.AuditEntry) error {
-	for {
-		run, err := c.store.GetRun(ctx, id)
-		if err != nil {
-			return err
-		}
-		// Older entries leave the record (checkpoint.Run.Spill): the count
-		// is kept beside them. A record written before it was kept has
-		// its refusals on the audit.
-		n := 0
-		for _, a := range run.Audit {
-			if a.Kind == checkpoint.AuditRefused {
-				n++
-			}
-		}
-		n = max(n, run.Refusals)
-		if n >= maxRefusals {
-			return nil
-		}
-		e.Kind = checkpoint.AuditRefused
-		if e.At.IsZero() {
-			e.At = time.Now().UTC()
-		}
-		next := run
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), e)
-		next.Refusals = n + 1
-		_, err = c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue
-		}
-		return err
-	}
+	_, err := c.change(ctx, id, transition.Refuse{Entry: e})
+	return err
 }

@@ -1,0 +1,253 @@
+package transition
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// sequences is how many generated event sequences TestModel applies.
+const sequences = 10000
+
+// world is a run and what was published for it: the model's memory of a
+// sequence, which the invariants are checked against after every event.
+type world struct {
+	run checkpoint.Run
+	// published maps each step message id sent as new (not a
+	// best-effort republish) to the step it carried.
+	published map[string]string
+	now       time.Time
+}
+
+// TestModel applies generated sequences of events, from the callers of
+// Apply (decisions, refusals, cancels) and from the rest of the world (a
+// worker parking the run at an approval or moving it on, the run
+// ending), and checks the invariants after each.
+func TestModel(t *testing.T) {
+	for seed := range uint64(sequences) {
+		if err := runSequence(seed); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+}
+
+func runSequence(seed uint64) error {
+	rng := rand.New(rand.NewPCG(seed, 26))
+	w := &world{
+		run: checkpoint.Run{ID: "r-" + fmt.Sprint(seed), Workflow: "claim", Status: checkpoint.StatusRunning,
+			Step: 1, StepName: "s1", StartedBy: pick(rng, "ann", "bob", ""), Rev: 1},
+		published: map[string]string{},
+		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
+	}
+	var trail []any // what happened, said only when an invariant breaks
+	for range 5 + rng.IntN(30) {
+		w.now = w.now.Add(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
+		if rng.IntN(3) == 0 {
+			trail = append(trail, w.outside(rng))
+			continue
+		}
+		ev := event(rng, w.run)
+		trail = append(trail, ev)
+		if err := w.apply(ev); err != nil {
+			var said []string
+			for _, e := range trail {
+				if s, ok := e.(string); ok {
+					said = append(said, s)
+					continue
+				}
+				said = append(said, fmt.Sprintf("%T%+v", e, e))
+			}
+			return fmt.Errorf("%w\nafter %s", err, strings.Join(said, "\n  "))
+		}
+	}
+	return nil
+}
+
+// outside changes the run as the rest of the world does (the worker, the
+// scheduler), between events.
+func (w *world) outside(rng *rand.Rand) string {
+	r := &w.run
+	if r.Status.Terminal() {
+		return "nothing (ended)"
+	}
+	r.Rev++
+	r.UpdatedAt = w.now
+	switch rng.IntN(4) {
+	case 0: // a step parks at an approval
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName,
+			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: w.now, Deadline: w.now.Add(time.Hour)}
+		return "parked at an approval"
+	case 1: // a step sleeps
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step + 1, StepName: "s", Deadline: w.now.Add(time.Hour)}
+		return "sleeps"
+	case 2: // a step commits and the next runs
+		if r.Status == checkpoint.StatusRunning {
+			r.Step++
+			r.StepName = fmt.Sprint("s", r.Step)
+		}
+		return "moved on"
+	}
+	if r.Status == checkpoint.StatusRunning {
+		r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
+	}
+	return "ended"
+}
+
+// event is a random event of the callers of Apply, often one that fits
+// the run, often one that does not.
+func event(rng *rand.Rand, run checkpoint.Run) Event {
+	switch rng.IntN(5) {
+	case 0:
+		return Cancel{By: pick(rng, "ops", "ann"), Channel: "cli"}
+	case 1:
+		return Refuse{Entry: checkpoint.AuditEntry{Step: run.Step, By: "bot"}}
+	}
+	d := Decide{By: pick(rng, "ann", "bob", "carl"), Channel: "api", Reject: rng.IntN(3) == 0}
+	step := run.Step
+	if run.Wait != nil {
+		step = run.Wait.Step
+	}
+	d.Step = pick(rng, 0, step, step+1)
+	d.PayloadSHA256 = pick(rng, "", "h1", "h2")
+	d.Groups = pick(rng, nil, []string{"adjusters"}, []string{"finance", "adjusters"}, []string{"finance"})
+	d.FourEyes = rng.IntN(2) == 0
+	return d
+}
+
+func pick[T any](rng *rand.Rand, v ...T) T { return v[rng.IntN(len(v))] }
+
+// apply applies ev, checks the invariants, and stores the result as a
+// store would (the revision moves).
+func (w *world) apply(ev Event) error {
+	before, snapshot := w.run, encode(w.run)
+	r := Apply(w.run, ev, w.now)
+	if encode(w.run) != snapshot {
+		return errors.New("Apply changed the run it was given")
+	}
+	if r.Store && (shares(r.Run.Audit, before.Audit) || shares(r.Run.Approvals, before.Approvals)) {
+		return errors.New("the result shares a slice with the run read: a retry after a conflict would write into it")
+	}
+	if again := Apply(w.run, ev, w.now); !same(r, again) {
+		return fmt.Errorf("Apply is not a function of its input: %v, then %v", r, again)
+	}
+	if err := w.check(before, ev, r); err != nil {
+		return err
+	}
+	for _, c := range r.Commands {
+		if p, ok := c.(PublishStep); ok {
+			if err := w.publish(p, r); err != nil {
+				return err
+			}
+		}
+	}
+	if r.Store {
+		w.run = r.Run
+		w.run.Rev++
+		// A store's slices may have room to grow: an event that
+		// appended in place would write into the caller's copy.
+		w.run.Audit = slices.Grow(w.run.Audit, 2)
+		w.run.Approvals = slices.Grow(w.run.Approvals, 2)
+	}
+	return nil
+}
+
+// check holds the invariants of one applied event.
+func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
+	next := r.Run
+	switch {
+	case r.Err != nil && (r.Store || !reflect.DeepEqual(next, old)):
+		return fmt.Errorf("a refusal (%v) changed the run", r.Err)
+	case r.Err == nil && !r.Store && !isFull(old, ev):
+		return errors.New("an event neither refused nor stored")
+	case !r.Store:
+		return nil
+	case old.Status.Terminal() && next.Status != old.Status:
+		return fmt.Errorf("an ended run (%s) became %s", old.Status, next.Status)
+	case next.Status != checkpoint.StatusWaiting && next.Wait != nil:
+		return fmt.Errorf("a %s run keeps a wait", next.Status)
+	case next.Status == checkpoint.StatusWaiting && next.Wait == nil:
+		return errors.New("a waiting run without a wait")
+	case next.Refusals > MaxRefusals:
+		return fmt.Errorf("%d refusals kept", next.Refusals)
+	case next.Redrives != old.Redrives:
+		return errors.New("redrives changed")
+	}
+	resumed := old.Status == checkpoint.StatusWaiting && next.Status == checkpoint.StatusRunning
+	switch {
+	case resumed && next.Resumes != old.Resumes+1:
+		return fmt.Errorf("a resume moved the generation from %d to %d", old.Resumes, next.Resumes)
+	case !resumed && next.Resumes != old.Resumes:
+		return errors.New("the generation moved without a resume")
+	case resumed && (len(next.Approvals) != len(old.Approvals)+1 || next.Approvals[len(old.Approvals)].Step != old.Wait.Step):
+		return errors.New("a resume without the decision that made it")
+	case resumed && !publishes(r.Commands, false):
+		return errors.New("a run resumed with no step published: stuck")
+	case next.Status == checkpoint.StatusCancelled && old.Status != checkpoint.StatusCancelled && len(r.Commands) != 3:
+		return fmt.Errorf("a cancel's commands: %v", r.Commands)
+	}
+	return nil
+}
+
+// isFull: a refusal recorded past MaxRefusals changes nothing, and is no
+// error.
+func isFull(old checkpoint.Run, ev Event) bool {
+	_, ok := ev.(Refuse)
+	return ok && old.Refusals >= MaxRefusals
+}
+
+// publish checks a step message against what was published before: an
+// id is never presented for another step, and a best-effort republish
+// sends an id a stored change sent before (it owes, it does not mint).
+func (w *world) publish(p PublishStep, r Result) error {
+	step := fmt.Sprintf("%d %s", r.Run.Step, r.Run.StepName)
+	prev, seen := w.published[p.MsgID]
+	switch {
+	case seen && prev != step:
+		return fmt.Errorf("message id %s presented for step %s and for %s", p.MsgID, prev, step)
+	case p.BestEffort && !seen:
+		return fmt.Errorf("a republish minted a new id %s", p.MsgID)
+	case !p.BestEffort && seen:
+		return fmt.Errorf("message id %s minted twice: a resume of one generation published twice as new", p.MsgID)
+	case !p.BestEffort && !r.Store:
+		return errors.New("a step published as new for a change not stored")
+	}
+	w.published[p.MsgID] = step
+	return nil
+}
+
+// same says whether two results of one event are the same.
+func same(a, b Result) bool {
+	return a.Store == b.Store && fmt.Sprint(a.Err) == fmt.Sprint(b.Err) &&
+		reflect.DeepEqual(a.Run, b.Run) && reflect.DeepEqual(a.Commands, b.Commands)
+}
+
+func publishes(cmds []Command, bestEffort bool) bool {
+	for _, c := range cmds {
+		if p, ok := c.(PublishStep); ok && p.BestEffort == bestEffort {
+			return true
+		}
+	}
+	return false
+}
+
+func encode(run checkpoint.Run) string {
+	b, err := json.Marshal(run)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// shares says whether a grew into b's backing array (an unchanged slice
+// may be shared: nothing writes into it).
+func shares[T any](a, b []T) bool {
+	return len(a) != len(b) && cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
+}
