@@ -319,23 +319,36 @@ func (c *Client) decide(ctx context.Context, d Decision) (checkpoint.Run, error)
 // the stored run. A refused event stores nothing, and its commands (a
 // resume owed by an earlier change) still go.
 func (c *Client) change(ctx context.Context, id string, ev transition.Event) (checkpoint.Run, error) {
+	run, _, err := c.changeChecked(ctx, id, ev, nil)
+	return run, err
+}
+
+// changeChecked is change that, before it stores, refuses with what check
+// says of the run read (what the event cannot know: the workflow's
+// registration). It returns the event's result too.
+func (c *Client) changeChecked(ctx context.Context, id string, ev transition.Event, check func(checkpoint.Run) error) (checkpoint.Run, transition.Result, error) {
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
-			return run, fmt.Errorf("run %s: %w", id, err)
+			return run, transition.Result{}, fmt.Errorf("run %s: %w", id, err)
 		}
 		r := transition.Apply(run, ev, time.Now())
 		stored := r.Run
+		if r.Store && check != nil {
+			if err := check(run); err != nil {
+				return run, transition.Result{Run: run, Err: err}, err
+			}
+		}
 		if r.Store {
 			stored, err = c.store.UpdateRun(ctx, r.Run)
 			if errors.Is(err, checkpoint.ErrConflict) {
 				continue // changed meanwhile: look again
 			}
 			if err != nil {
-				return run, fmt.Errorf("store run %s: %w", id, err)
+				return run, r, fmt.Errorf("store run %s: %w", id, err)
 			}
 		}
-		return stored, errors.Join(r.Err, c.carryOut(ctx, stored, r.Commands))
+		return stored, r, errors.Join(r.Err, c.carryOut(ctx, stored, r.Commands))
 	}
 }
 

@@ -9,19 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/internal/transition"
 )
 
 // Bounds of the pending signals a run keeps (they live on its record
 // until a step consumes them).
 const (
-	MaxSignalsPerRun     = 100
-	MaxSignalBytesPerRun = 256 << 10
+	MaxSignalsPerRun     = transition.MaxSignalsPerRun
+	MaxSignalBytesPerRun = transition.MaxSignalBytesPerRun
 )
 
 var (
@@ -29,10 +28,10 @@ var (
 	ErrBadSignal = errors.New("bad signal")
 	// ErrTooManySignals: the run keeps MaxSignalsPerRun pending signals,
 	// or MaxSignalBytesPerRun bytes of their data, already.
-	ErrTooManySignals = errors.New("the run holds as many signals as it may")
+	ErrTooManySignals = transition.ErrTooManySignals
 	// ErrSignalIDReused: a signal id was delivered before with another
 	// name or other data.
-	ErrSignalIDReused = errors.New("signal id reused")
+	ErrSignalIDReused = transition.ErrSignalIDReused
 	// ErrUnknownSignal: the run's workflow never waits for a signal of
 	// that name.
 	ErrUnknownSignal = errors.New("the run's workflow waits for no such signal")
@@ -82,92 +81,14 @@ func (c *Client) signal(ctx context.Context, req SignalRequest) (SignalResult, e
 	if err := checkSignal(&req); err != nil {
 		return SignalResult{}, err
 	}
-	for {
-		run, err := c.store.GetRun(ctx, req.RunID)
-		if err != nil {
-			return SignalResult{}, fmt.Errorf("run %s: %w", req.RunID, err)
-		}
-		if s, same, ok := delivered(run, req); ok {
-			if !same {
-				return SignalResult{Run: run, Signal: s}, fmt.Errorf("signal id %s was delivered to %s before as %s with other data: %w: send a new signal under a new id", req.ID, run.ID, s.Name, ErrSignalIDReused)
-			}
-			return SignalResult{Run: run, Signal: s, Duplicate: true}, nil
-		}
-		// A dead run may be redriven: its signals are kept for it.
-		if run.Status.Terminal() && run.Status != checkpoint.StatusDead {
-			return SignalResult{Run: run}, fmt.Errorf("run %s is %s: %w", run.ID, run.Status, ErrNotActive)
-		}
-		if err := signalRoom(run, req); err != nil {
-			return SignalResult{Run: run}, err
-		}
-		if err := c.declaresSignal(ctx, run, req.Name); err != nil {
-			return SignalResult{Run: run}, err
-		}
-		now := time.Now().UTC()
-		sig := checkpoint.Signal{Name: req.Name, ID: req.ID, Data: req.Data, By: req.By, Channel: req.Channel, At: now}
-		next := run
-		next.UpdatedAt = now
-		next.Signals = append(append([]checkpoint.Signal(nil), run.Signals...), sig)
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditSignal, Step: run.Step, At: now, By: req.By, Channel: req.Channel,
-			Reason: fmt.Sprintf("signal %s (id %s, %d bytes)", req.Name, req.ID, len(req.Data)),
-		})
-		w := run.Wait
-		resume := run.Status == checkpoint.StatusWaiting && w != nil && w.Kind == checkpoint.WaitSignal && w.Name == req.Name
-		if resume {
-			next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
-			next.Resumes++
-		}
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return SignalResult{Run: run}, fmt.Errorf("signal %s to %s: %w", req.Name, req.RunID, err)
-		}
-		res := SignalResult{Run: stored, Signal: sig, Resumed: resume}
-		if !resume {
-			return res, nil
-		}
-		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Signal)); err != nil {
-			return res, fmt.Errorf("signal stored and run %s resumed, but its step was not published; the scheduler's repair publishes it: %w", stored.ID, err)
-		}
-		return res, nil
+	ev := transition.Signal{Signal: checkpoint.Signal{Name: req.Name, ID: req.ID, Data: req.Data, By: req.By, Channel: req.Channel}}
+	declared := func(run checkpoint.Run) error { return c.declaresSignal(ctx, run, req.Name) }
+	run, r, err := c.changeChecked(ctx, req.RunID, ev, declared)
+	res := SignalResult{Run: run}
+	if s, _, ok := transition.Delivered(run, req.ID, req.Name, req.Data); ok {
+		res.Signal, res.Duplicate, res.Resumed = s, r.Err == nil && !r.Store, r.Resumed
 	}
-}
-
-// delivered finds a signal of req's id that run holds, pending or
-// consumed, and whether it is req's (same name and data).
-func delivered(run checkpoint.Run, req SignalRequest) (checkpoint.Signal, bool, bool) {
-	for _, s := range run.Signals {
-		if s.ID == req.ID && !s.Expired {
-			return s, s.Name == req.Name && bytes.Equal(s.Data, req.Data), true
-		}
-	}
-	for _, c := range run.Consumed {
-		if c.ID == req.ID {
-			return c.Signal(), c.Name == req.Name && c.DataSHA256 == checkpoint.SignalDataSHA256(req.Data), true
-		}
-	}
-	return checkpoint.Signal{}, false, false
-}
-
-// signalRoom refuses a signal past the run's bounds on what is pending:
-// pending signals live on the run record, which every step reads and a KV
-// bucket caps at 1 MB. Consumed signals and expiry markers do not count.
-func signalRoom(run checkpoint.Run, req SignalRequest) error {
-	n, size := 0, len(req.Data)
-	for _, s := range run.Signals {
-		if s.Pending() && !s.Expired {
-			n++
-			size += len(s.Data)
-		}
-	}
-	if n >= MaxSignalsPerRun || size > MaxSignalBytesPerRun {
-		return fmt.Errorf("run %s holds %d pending signals (%d bytes of data with this one); at most %d and %d bytes: %w: a step must consume them (Context.Signal) before more can come", run.ID, n, size, MaxSignalsPerRun, MaxSignalBytesPerRun, ErrTooManySignals)
-	}
-	return nil
+	return res, err
 }
 
 // checkSignal validates req and fills in its id.

@@ -69,7 +69,7 @@ func (d Decide) apply(run checkpoint.Run, now time.Time) Result {
 	next.Wait = nil
 	next.Resumes++
 	next.UpdatedAt = now
-	return Result{Run: next, Store: true, Commands: []Command{
+	return Result{Run: next, Store: true, Resumed: true, Commands: []Command{
 		PublishStatus{},
 		PublishStep{MsgID: queue.ResumeMsgID(next, queue.Resume),
 			Lost: fmt.Sprintf("decision recorded but the resume of step %d was not published; deciding again republishes it", next.Step)},
@@ -77,13 +77,16 @@ func (d Decide) apply(run checkpoint.Run, now time.Time) Result {
 }
 
 // owedResume is the resume a decided run still owes: a run running at
-// the step its last decision was on may have lost the first publish after
-// the decision was stored. Within the dedupe window the publish is
-// dropped; later, the step protocol ignores it unless the run still waits
-// for that step.
+// the step its last decision was on, unchanged since the decision, may
+// have lost the first publish after the decision was stored. Within the
+// dedupe window the publish is dropped; later, the step protocol ignores
+// it unless the run still waits for that step. A run changed since (a
+// signal resumed it again, a generation later) owes nothing: the resume
+// under its generation was never minted, and would run the step twice
+// (TestModel, seed 98).
 func owedResume(run checkpoint.Run) []Command {
 	n := len(run.Approvals)
-	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step {
+	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step || run.UpdatedAt.After(run.Approvals[n-1].At) {
 		return nil
 	}
 	return []Command{PublishStep{MsgID: queue.ResumeMsgID(run, queue.Resume), BestEffort: true}}

@@ -80,7 +80,11 @@ func (w *world) outside(rng *rand.Rand) string {
 	}
 	r.Rev++
 	r.UpdatedAt = w.now
-	switch rng.IntN(4) {
+	switch rng.IntN(5) {
+	case 4: // a step waits for a signal
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: pick(rng, "go", "stop"),
+			Step: r.Step, StepName: r.StepName, Deadline: w.now.Add(time.Hour)}
+		return "waits for a signal"
 	case 0: // a step parks at an approval
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName,
 			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: w.now, Deadline: w.now.Add(time.Hour)}
@@ -104,7 +108,10 @@ func (w *world) outside(rng *rand.Rand) string {
 // event is a random event of the callers of Apply, often one that fits
 // the run, often one that does not.
 func event(rng *rand.Rand, run checkpoint.Run) Event {
-	switch rng.IntN(5) {
+	switch rng.IntN(7) {
+	case 5, 6:
+		return Signal{Signal: checkpoint.Signal{Name: pick(rng, "go", "stop"), ID: pick(rng, "s1", "s2", "s3", "s4"),
+			Data: pick(rng, []byte(nil), []byte(`{"n":1}`)), By: "bot", Channel: "api"}}
 	case 0:
 		return Cancel{By: pick(rng, "ops", "ann"), Channel: "cli"}
 	case 1:
@@ -132,7 +139,7 @@ func (w *world) apply(ev Event) error {
 	if encode(w.run) != snapshot {
 		return errors.New("Apply changed the run it was given")
 	}
-	if r.Store && (shares(r.Run.Audit, before.Audit) || shares(r.Run.Approvals, before.Approvals)) {
+	if r.Store && (shares(r.Run.Audit, before.Audit) || shares(r.Run.Approvals, before.Approvals) || shares(r.Run.Signals, before.Signals)) {
 		return errors.New("the result shares a slice with the run read: a retry after a conflict would write into it")
 	}
 	if again := Apply(w.run, ev, w.now); !same(r, again) {
@@ -155,6 +162,7 @@ func (w *world) apply(ev Event) error {
 		// appended in place would write into the caller's copy.
 		w.run.Audit = slices.Grow(w.run.Audit, 2)
 		w.run.Approvals = slices.Grow(w.run.Approvals, 2)
+		w.run.Signals = slices.Grow(w.run.Signals, 2)
 	}
 	return nil
 }
@@ -175,6 +183,10 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a %s run keeps a wait", next.Status)
 	case next.Status == checkpoint.StatusWaiting && next.Wait == nil:
 		return errors.New("a waiting run without a wait")
+	case old.Status.Terminal() && old.Status != checkpoint.StatusDead && len(next.Signals) > len(old.Signals):
+		return fmt.Errorf("a %s run took a signal (only a dead one keeps them, for a redrive)", old.Status)
+	case heldTwice(next.Signals) != "":
+		return fmt.Errorf("signal id %s held twice", heldTwice(next.Signals))
 	case next.Refusals > MaxRefusals:
 		return fmt.Errorf("%d refusals kept", next.Refusals)
 	case next.Redrives != old.Redrives:
@@ -186,8 +198,10 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a resume moved the generation from %d to %d", old.Resumes, next.Resumes)
 	case !resumed && next.Resumes != old.Resumes:
 		return errors.New("the generation moved without a resume")
-	case resumed && (len(next.Approvals) != len(old.Approvals)+1 || next.Approvals[len(old.Approvals)].Step != old.Wait.Step):
-		return errors.New("a resume without the decision that made it")
+	case resumed != r.Resumed:
+		return fmt.Errorf("Resumed says %t of a run that went from %s to %s", r.Resumed, old.Status, next.Status)
+	case resumed && !resumedBy(old, next, ev):
+		return fmt.Errorf("a resume without what it waited for (%s)", WaitWhat(old.Wait))
 	case resumed && !publishes(r.Commands, false):
 		return errors.New("a run resumed with no step published: stuck")
 	case next.Status == checkpoint.StatusCancelled && old.Status != checkpoint.StatusCancelled && len(r.Commands) != 3:
@@ -196,11 +210,47 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 	return nil
 }
 
-// isFull: a refusal recorded past MaxRefusals changes nothing, and is no
-// error.
+// heldTwice is an id two signals of the run hold, if any (expiry
+// markers aside).
+func heldTwice(signals []checkpoint.Signal) string {
+	seen := map[string]bool{}
+	for _, s := range signals {
+		if s.Expired {
+			continue
+		}
+		if seen[s.ID] {
+			return s.ID
+		}
+		seen[s.ID] = true
+	}
+	return ""
+}
+
+// resumedBy says whether the resume of old into next brought what old
+// waited for: a decision on the parked step, or a pending signal of the
+// awaited name.
+func resumedBy(old, next checkpoint.Run, ev Event) bool {
+	switch ev.(type) {
+	case Decide:
+		return old.Wait.IsApproval() && len(next.Approvals) == len(old.Approvals)+1 && next.Approvals[len(old.Approvals)].Step == old.Wait.Step
+	case Signal:
+		last := next.Signals[len(next.Signals)-1]
+		return old.Wait.Kind == checkpoint.WaitSignal && len(next.Signals) == len(old.Signals)+1 && last.Name == old.Wait.Name && last.Pending()
+	}
+	return false
+}
+
+// isFull: a refusal recorded past MaxRefusals, and a signal the run
+// holds already, change nothing, and are no error.
 func isFull(old checkpoint.Run, ev Event) bool {
-	_, ok := ev.(Refuse)
-	return ok && old.Refusals >= MaxRefusals
+	switch e := ev.(type) {
+	case Refuse:
+		return old.Refusals >= MaxRefusals
+	case Signal:
+		_, same, ok := Delivered(old, e.Signal.ID, e.Signal.Name, e.Signal.Data)
+		return ok && same
+	}
+	return false
 }
 
 // publish checks a step message against what was published before: an

@@ -6,8 +6,8 @@
 // writer came first), then carry out the commands.
 //
 // It starts with the operator's and approver's events (a decision, a
-// refused decision, a cancel); the other events move here one by one
-// (issue 26).
+// refused decision, a cancel, a signal); the other events move here one
+// by one (issue 26).
 package transition
 
 import (
@@ -45,6 +45,8 @@ type Result struct {
 	// was read at; on a conflict the caller reads the run and applies
 	// the event again.
 	Store bool
+	// Resumed: the run waited and runs again, a generation later.
+	Resumed bool
 	// Commands follow, in order, once Run is stored (or at once when
 	// nothing is to be stored), each given the stored run.
 	Commands []Command
