@@ -345,10 +345,16 @@ func (c *Client) changeChecked(ctx context.Context, id string, ev transition.Eve
 				continue // changed meanwhile: look again
 			}
 			if err != nil {
-				return run, r, fmt.Errorf("store run %s: %w", id, err)
+				// Nothing stored: no run (the approver answers 500 on that).
+				return checkpoint.Run{}, r, fmt.Errorf("store run %s: %w", id, err)
 			}
 		}
-		return stored, r, errors.Join(r.Err, c.carryOut(ctx, stored, r.Commands))
+		// A follow-up that failed is what to report, also of a refused
+		// event: a cancel of a cancelled run that finishes its cascade.
+		if err := c.carryOut(ctx, stored, r.Commands); err != nil {
+			return stored, r, err
+		}
+		return stored, r, r.Err
 	}
 }
 

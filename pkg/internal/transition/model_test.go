@@ -47,6 +47,11 @@ func runSequence(seed uint64) error {
 		published: map[string]string{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
 	}
+	// Some runs start near their bounds, so that sequences reach them.
+	w.run.Refusals = pick(rng, 0, 0, MaxRefusals-2, MaxRefusals)
+	for i := range pick(rng, 0, 0, MaxSignalsPerRun-2) {
+		w.run.Signals = append(w.run.Signals, checkpoint.Signal{Name: "go", ID: fmt.Sprint("p", i), By: "bot", At: w.now})
+	}
 	var trail []any // what happened, said only when an invariant breaks
 	for range 5 + rng.IntN(30) {
 		w.now = w.now.Add(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
@@ -175,8 +180,12 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a refusal (%v) changed the run", r.Err)
 	case r.Err == nil && !r.Store && !isFull(old, ev):
 		return errors.New("an event neither refused nor stored")
+	case !r.Store && !reflect.DeepEqual(next, old):
+		return errors.New("an event that stores nothing changed the run it returns")
 	case !r.Store:
 		return nil
+	case pending(next.Signals) > MaxSignalsPerRun:
+		return fmt.Errorf("%d signals pending", pending(next.Signals))
 	case old.Status.Terminal() && next.Status != old.Status:
 		return fmt.Errorf("an ended run (%s) became %s", old.Status, next.Status)
 	case next.Status != checkpoint.StatusWaiting && next.Wait != nil:
@@ -208,6 +217,17 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a cancel's commands: %v", r.Commands)
 	}
 	return nil
+}
+
+// pending counts the signals no step consumed yet (expiry markers aside).
+func pending(signals []checkpoint.Signal) int {
+	n := 0
+	for _, s := range signals {
+		if s.Pending() && !s.Expired {
+			n++
+		}
+	}
+	return n
 }
 
 // heldTwice is an id two signals of the run hold, if any (expiry
