@@ -414,6 +414,19 @@ type NATSCluster struct {
 // holds for every node but its name, ports and routes. With n = 1 the
 // server is not clustered. On error it stops what it started.
 func StartNATSCluster(ctx context.Context, n int, cfg NATSConfig) (*NATSCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startNATSCluster(ctx, n, cfg)
+		// A route port picked for the cluster was taken meanwhile by
+		// another process (a node's own retry keeps it: every node's
+		// routes name it): pick them all again.
+		if err != nil && attempt < 5 && strings.Contains(strings.ToLower(err.Error()), "address already in use") {
+			continue
+		}
+		return c, err
+	}
+}
+
+func startNATSCluster(ctx context.Context, n int, cfg NATSConfig) (*NATSCluster, error) {
 	ports := make([]int, n)
 	for i := range ports {
 		p, err := FreePort(0)
