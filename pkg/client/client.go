@@ -16,9 +16,9 @@ import (
 
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/durable-run/durable/pkg/internal/transition"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 var (

@@ -19,7 +19,7 @@ import (
 // runs, a late decision arrives. Before the fix it published the step
 // again under the run's new generation, an id never minted: the step ran
 // a second time beside the signal's resume (found by TestModel, seed 98,
-// in pkg/internal/transition).
+// in pkg/transition).
 func TestLateDecisionPublishesNothingNew(t *testing.T) {
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {

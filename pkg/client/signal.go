@@ -13,7 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/durable-run/durable/pkg/internal/transition"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // Bounds of the pending signals a run keeps (they live on its record

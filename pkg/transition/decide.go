@@ -33,7 +33,7 @@ func (d Decide) apply(run checkpoint.Run, now time.Time) Result {
 	case run.Status == checkpoint.StatusWaiting && w != nil && w.Kind == checkpoint.WaitTimer:
 		return refuse(fmt.Errorf("run %s sleeps until %s (a timer, not an approval): %w", run.ID, w.Deadline.Format(time.RFC3339), ErrNotWaiting))
 	case run.Status == checkpoint.StatusWaiting && w != nil && !w.IsApproval():
-		return refuse(fmt.Errorf("run %s waits for its %s, not an approval (durable runs show %s says what it waits for): %w", run.ID, WaitWhat(w), run.ID, ErrNotWaiting))
+		return refuse(fmt.Errorf("run %s waits for its %s, not an approval (durable runs show %s says what it waits for): %w", run.ID, waitWhat(w), run.ID, ErrNotWaiting))
 	case run.Status != checkpoint.StatusWaiting || w == nil:
 		msg := fmt.Sprintf("run %s is %s at step %d", run.ID, run.Status, run.Step)
 		if n := len(run.Approvals); n > 0 {
@@ -92,8 +92,8 @@ func owedResume(run checkpoint.Run) []Command {
 	return []Command{PublishStep{MsgID: queue.ResumeMsgID(run, queue.Resume), BestEffort: true}}
 }
 
-// WaitWhat names what a wait waits for, as an operator reads it.
-func WaitWhat(w *checkpoint.Wait) string {
+// waitWhat names what a wait waits for, as an operator reads it.
+func waitWhat(w *checkpoint.Wait) string {
 	switch w.Kind {
 	case checkpoint.WaitTimer:
 		return "timer"

@@ -210,7 +210,7 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 	case resumed != r.Resumed:
 		return fmt.Errorf("Resumed says %t of a run that went from %s to %s", r.Resumed, old.Status, next.Status)
 	case resumed && !resumedBy(old, next, ev):
-		return fmt.Errorf("a resume without what it waited for (%s)", WaitWhat(old.Wait))
+		return fmt.Errorf("a resume without what it waited for (%s)", waitWhat(old.Wait))
 	case resumed && !publishes(r.Commands, false):
 		return errors.New("a run resumed with no step published: stuck")
 	case next.Status == checkpoint.StatusCancelled && old.Status != checkpoint.StatusCancelled && len(r.Commands) != 3:

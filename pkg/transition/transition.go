@@ -5,9 +5,10 @@
 // compare-and-set on the run's revision (looking again when another
 // writer came first), then carry out the commands.
 //
-// It starts with the operator's and approver's events (a decision, a
-// refused decision, a cancel, a signal); the other events move here one
-// by one (issue 26).
+// Its events are those of the operators, approvers and systems that act
+// on a run through pkg/client: a decision, a refused decision, a cancel,
+// a signal. The worker's and scheduler's changes (a step's commit, a
+// park, an expiry, a redrive) do not go through it yet.
 package transition
 
 import (
