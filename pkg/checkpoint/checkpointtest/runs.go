@@ -248,3 +248,60 @@ func testWorkflows(t *testing.T, s checkpoint.Store) {
 	}
 	sameJSON(t, "Workflows", got, want)
 }
+
+// testWorkflowsWhileReregistered: workers re-register their workflows
+// every time they start, and a run start lists the workflows meanwhile.
+// A listing taken while a registration replaces another must still show
+// every workflow (a fleet of two workers once refused a start with
+// "unknown workflow" this way).
+func testWorkflowsWhileReregistered(t *testing.T, s checkpoint.Store) {
+	names := []string{"agent-loop", "claim", "claims-batch", "fanout", "refund-agent", "shipment"}
+	register := func() error {
+		for _, n := range names {
+			if err := s.RegisterWorkflow(ctx(t), checkpoint.WorkflowInfo{Name: n, Version: 1, FirstStep: "start", Steps: []string{"start"}}); err != nil {
+				return fmt.Errorf("RegisterWorkflow(%s): %w", n, err)
+			}
+		}
+		return nil
+	}
+	if err := register(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := register(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	for i := range 300 {
+		list, err := s.Workflows(ctx(t))
+		if err != nil {
+			t.Fatalf("Workflows (listing %d): %v", i, err)
+		}
+		have := map[string]bool{}
+		for _, w := range list {
+			have[w.Name] = true
+		}
+		for _, n := range names {
+			if !have[n] {
+				t.Fatalf("listing %d, taken while the workflows were registered again, misses %q: %+v", i, n, list)
+			}
+		}
+	}
+}

@@ -108,6 +108,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"BranchOutcome", testBranchOutcome},
 		{"BranchSpend", testBranchSpend},
 		{"Workflows", testWorkflows},
+		{"WorkflowsWhileReregistered", testWorkflowsWhileReregistered},
 		{"DueClaimOnce", testDueClaimOnce},
 		{"DueReindex", testDueReindex},
 		{"DueUnindex", testDueUnindex},

@@ -1,9 +1,11 @@
 package kvstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -167,84 +169,99 @@ func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 	return checkpoint.ErrConflict
 }
 
-// scan calls fn with the latest entry of every key matching filter, using
-// one ordered consumer instead of a get per key.
+// scan calls fn with the latest entry of every key matching filter, in
+// the order they were written, using one ordered consumer instead of a
+// get per key.
 //
-// On a replicated bucket the consumer sits on any replica, and a follower
-// can lag the writes its leader acknowledged: a due entry indexed a
-// moment ago would be missing from the scheduler's claim. So the scan
-// first asks the leader for the newest message on filter, and reads again
-// until the watcher has delivered it.
+// The watcher's "initial values" are not a snapshot. It counts
+// deliveries against the number pending when it started, so a key
+// written again during the scan, whose older message the consumer had
+// not reached, is skipped there and delivered after the count is
+// reached: two workers registering the same workflows once hid one of
+// them from a run start this way. A replicated bucket adds a second
+// gap: the consumer sits on any replica, which can lag the writes its
+// leader acknowledged (a due entry indexed a moment ago would be missing
+// from the scheduler's claim). So after the initial values the scan asks
+// the leader for the newest message on filter and reads on until the
+// watcher has delivered it, keeping the latest entry of each key.
 func (s *Store) scan(ctx context.Context, filter string, fn func(jetstream.KeyValueEntry) error) error {
-	if s.directGet != "" { // one replica: the watcher reads the leader's store
-		return s.watch(ctx, filter, jetstream.IgnoreDeletes(), fn)
-	}
-	for attempt := 1; ; attempt++ {
-		_, newest, err := s.getLast(ctx, filter)
-		if err != nil {
-			return err
-		}
-		var entries []jetstream.KeyValueEntry
-		var seen uint64
-		err = s.watch(ctx, filter, nil, func(e jetstream.KeyValueEntry) error {
-			seen = max(seen, e.Revision())
-			if e.Operation() == jetstream.KeyValuePut {
-				entries = append(entries, e)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if seen >= newest.rev {
-			for _, e := range entries {
-				if err := fn(e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if attempt == scanAttempts {
-			return fmt.Errorf("scan %s: the replica serving the watcher is behind its leader (sequence %d, leader %d) after %d tries", filter, seen, newest.rev, attempt)
-		}
-		select {
-		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// scanAttempts bounds the reads of a scan on a lagging replica (about 2 s
-// of waiting in all).
-const scanAttempts = 20
-
-// watch delivers the latest entry of every key matching filter (delete
-// markers too, unless opt ignores them) to fn.
-func (s *Store) watch(ctx context.Context, filter string, opt jetstream.WatchOpt, fn func(jetstream.KeyValueEntry) error) error {
-	var opts []jetstream.WatchOpt
-	if opt != nil {
-		opts = append(opts, opt)
-	}
-	w, err := s.kv.Watch(ctx, filter, opts...)
+	w, err := s.kv.Watch(ctx, filter)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w.Stop() }()
-	for {
+	latest := map[string]jetstream.KeyValueEntry{}
+	var seen, upTo uint64
+	initial := true
+	check := func() (bool, error) {
+		_, newest, err := s.getLast(ctx, filter)
+		if err != nil {
+			return false, err
+		}
+		upTo = newest.rev
+		return seen >= upTo, nil
+	}
+	for attempt := 0; ; {
+		var wait <-chan time.Time
+		if !initial {
+			wait = time.After(time.Duration(attempt+1) * 10 * time.Millisecond)
+		}
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
 				return errors.New("watcher closed before the initial values")
 			}
-			if e == nil { // all current values delivered
-				return nil
+			if e != nil {
+				seen = max(seen, e.Revision())
+				if e.Operation() == jetstream.KeyValuePut {
+					latest[e.Key()] = e
+				} else {
+					delete(latest, e.Key())
+				}
+				if initial || seen < upTo {
+					continue
+				}
+			} else { // the initial values are in
+				initial = false
+				if done, err := check(); err != nil || !done {
+					if err != nil {
+						return err
+					}
+					continue
+				}
 			}
-			if err := fn(e); err != nil {
+		case <-wait:
+			// Nothing came: the replica lags, or the message waited
+			// for is gone (a purge marker expires). Ask again.
+			attempt++
+			done, err := check()
+			if err != nil {
 				return err
+			}
+			if !done {
+				if attempt == scanAttempts {
+					return fmt.Errorf("scan %s: the replica serving the watcher is behind its leader (sequence %d, leader %d) after %d tries", filter, seen, upTo, attempt)
+				}
+				continue
 			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		break
 	}
+	entries := make([]jetstream.KeyValueEntry, 0, len(latest))
+	for _, e := range latest {
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmp.Compare(a.Revision(), b.Revision()) })
+	for _, e := range entries {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// scanAttempts bounds the reads of a scan on a lagging replica (about 2 s
+// of waiting in all).
+const scanAttempts = 20
