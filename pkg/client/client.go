@@ -268,7 +268,7 @@ const (
 	ChannelAPI       = "api"
 	ChannelPage      = "page"
 	ChannelEvent     = "event"
-	ChannelScheduler = "scheduler"
+	ChannelScheduler = transition.ChannelScheduler
 )
 
 // Decision approves or rejects a parked run.

@@ -10,36 +10,26 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // What Expire did.
 const (
-	ExpireNone      = "none"      // nothing due (decided, or the deadline moved)
-	ExpireRejected  = "rejected"  // the policy rejected; the step runs again with it
-	ExpireEscalated = "escalated" // the request moved to another group with a new TTL
-	ExpireReminded  = "reminded"  // a reminder went out; the TTL starts again
-	ExpireWoke      = "woke"      // a durable timer fired
-	ExpireSignal    = "signal"    // a signal wait expired; the step runs again
+	ExpireNone      = transition.ExpireNone      // nothing due (decided, or the deadline moved)
+	ExpireRejected  = transition.ExpireRejected  // the policy rejected; the step runs again with it
+	ExpireEscalated = transition.ExpireEscalated // the request moved to another group with a new TTL
+	ExpireReminded  = transition.ExpireReminded  // a reminder went out; the TTL starts again
+	ExpireWoke      = transition.ExpireWoke      // a durable timer fired
+	ExpireSignal    = transition.ExpireSignal    // a signal wait expired; the step runs again
 )
 
 // ExpireResult says what Expire did and when the run is due next (zero
 // when it no longer is).
-type ExpireResult struct {
-	Action string
-	Next   time.Time
-}
+type ExpireResult = transition.Expiry
 
 // Reminder is the body of a reminder event, published on
 // durable.events.<workflow>.reminder for whoever notifies the approvers.
-type Reminder struct {
-	RunID         string    `json:"run_id"`
-	Workflow      string    `json:"workflow"`
-	Step          int       `json:"step"`
-	Group         string    `json:"group"`
-	PayloadSHA256 string    `json:"payload_sha256"`
-	Deadline      time.Time `json:"deadline"`
-	Left          int       `json:"reminders_left"`
-}
+type Reminder = transition.Reminder
 
 // Expire applies the policy of a wait whose deadline passed at now: wake a
 // timer, or for an approval reject, escalate or remind. The change is a
@@ -53,153 +43,48 @@ func (c *Client) Expire(ctx context.Context, id string, now time.Time) (ExpireRe
 	return o.ExpireResult, o.Err
 }
 
-// owed is what an expiry owes the world once the run record holds it.
-type owed struct {
-	// stepID, when set, is the message id under which the step at the
-	// run's cursor is published: the resumed or woken step.
-	stepID string
-	// reminder, when set, is published as a reminder event under
-	// reminderID.
-	reminder   *Reminder
-	reminderID string
-}
-
 // expiry is an expiry applied to the run record, and what it owes.
 type expiry struct {
 	res    ExpireResult
 	stored checkpoint.Run // the run as stored, after the change if any
 	// changed: the run's status changed, which a status event reports.
 	changed bool
-	owed    owed
-	err     error
+	// owed is the step or reminder message the change owes, if any.
+	owed transition.Command
+	err  error
 }
 
-// applyExpiry reads run id and, if its wait is due at now, stores the
-// run after its policy, by compare-and-set: a decision or another
-// scheduler that changed the run meanwhile makes it look again.
+// applyExpiry reads run id and applies transition.Expire to it at now,
+// storing the change by compare-and-set: a decision or another scheduler
+// that changed the run meanwhile makes it look again.
 func (c *Client) applyExpiry(ctx context.Context, id string, now time.Time) expiry {
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
 			return expiry{err: fmt.Errorf("run %s: %w", id, err)}
 		}
-		w := run.Wait
-		if run.Status != checkpoint.StatusWaiting || w == nil || w.Kind == checkpoint.WaitChildren {
-			// Nothing due; a wait for child runs has no deadline.
-			return expiry{res: ExpireResult{Action: ExpireNone}, stored: run, owed: owed{stepID: expiredResumeID(run)}}
+		r := transition.Apply(run, transition.Expire{}, now)
+		e := expiry{res: r.Expiry, stored: run}
+		for _, cmd := range r.Commands {
+			switch cmd.(type) {
+			case transition.PublishStatus:
+				e.changed = true
+			case transition.PublishStep, transition.PublishReminder:
+				e.owed = cmd
+			}
 		}
-		if now.Before(w.Deadline) {
-			return expiry{res: ExpireResult{Action: ExpireNone, Next: w.Deadline}, stored: run}
+		if !r.Store {
+			return e
 		}
-		res, next, o := expireRun(run, now)
-		stored, err := c.store.UpdateRun(ctx, next)
+		e.stored, err = c.store.UpdateRun(ctx, r.Run)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue // decided or expired by someone else meanwhile: look again
 		}
 		if err != nil {
 			return expiry{err: fmt.Errorf("expire %s: %w", id, err)}
 		}
-		return expiry{res: res, stored: stored, changed: stored.Status != run.Status, owed: o}
+		return e
 	}
-}
-
-// expiredResumeID returns the message id of the step that the scheduler's
-// expiry of run resumed, if nothing changed the run since (its last audit
-// entry is that expiry, at its step, as its last update): the first
-// publish may have failed, its entry left claimed for a later pass to
-// find it so. The id is the first publish's, so the stream drops the copy
-// within its duplicate window, and the step protocol a stale one after
-// it. Empty when there is nothing to publish again.
-func expiredResumeID(run checkpoint.Run) string {
-	n := len(run.Audit)
-	if run.Status != checkpoint.StatusRunning || n == 0 {
-		return ""
-	}
-	e := run.Audit[n-1]
-	if e.Channel != ChannelScheduler || e.Step != run.Step || !e.At.Equal(run.UpdatedAt) {
-		return ""
-	}
-	switch {
-	case e.Kind == checkpoint.AuditTimer:
-		return queue.ResumeMsgID(run, queue.Wake)
-	case e.Kind != checkpoint.AuditExpired:
-		return ""
-	}
-	if s := run.Signals; len(s) > 0 && s[len(s)-1].Expired && s[len(s)-1].At.Equal(e.At) {
-		return queue.ResumeMsgID(run, queue.Signal)
-	}
-	return queue.ResumeMsgID(run, queue.Resume)
-}
-
-// expireRun computes the run after its wait expired, and what it owes
-// once stored (the ids depend on nothing the store changes).
-func expireRun(run checkpoint.Run, now time.Time) (ExpireResult, checkpoint.Run, owed) {
-	w := *run.Wait
-	next := run
-	next.UpdatedAt = now
-	audit := func(e checkpoint.AuditEntry) {
-		e.Step, e.At, e.Channel, e.By = w.Step, now, ChannelScheduler, "scheduler"
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), e)
-	}
-	ttl := w.Deadline.Sub(w.Since)
-	if ttl <= 0 {
-		ttl = time.Minute
-	}
-	if w.Kind == checkpoint.WaitSignal {
-		// The step runs again and learns that no signal came in time.
-		reason := fmt.Sprintf("no signal %s within %s", w.Name, ttl)
-		// One marker per name is enough: an older one no step read yet
-		// says the same.
-		next.Signals = nil
-		for _, s := range run.Signals {
-			if !s.Expired || s.Name != w.Name {
-				next.Signals = append(next.Signals, s)
-			}
-		}
-		next.Signals = append(next.Signals, checkpoint.Signal{
-			// ':' is in no caller's id (checkpoint.ValidID): a marker's id
-			// cannot collide with a signal's.
-			Name: w.Name, ID: fmt.Sprintf("expired:%d:%d", w.Step, run.Resumes), Expired: true, At: now, By: "scheduler", Channel: ChannelScheduler,
-		})
-		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Reason: reason})
-		next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
-		next.Resumes++
-		return ExpireResult{Action: ExpireSignal}, next, owed{stepID: queue.ResumeMsgID(next, queue.Signal)}
-	}
-	if w.Kind == checkpoint.WaitTimer {
-		next.Status, next.Wait = checkpoint.StatusRunning, nil
-		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditTimer, Reason: "timer set for " + w.Deadline.Format(time.RFC3339Nano) + " fired"})
-		return ExpireResult{Action: ExpireWoke}, next, owed{stepID: queue.ResumeMsgID(next, queue.Wake)}
-	}
-	switch {
-	case w.OnExpiry == "escalate" && w.EscalateTo != "":
-		nw := w
-		nw.Group, nw.EscalateTo, nw.OnExpiry = w.EscalateTo, "", "reject"
-		nw.Since, nw.Deadline = now, now.Add(ttl)
-		next.Wait = &nw
-		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditEscalated, Group: nw.Group, PayloadSHA256: w.PayloadSHA256,
-			Reason: fmt.Sprintf("no decision by %s within %s; escalated to %s", w.Group, ttl, nw.Group)})
-		return ExpireResult{Action: ExpireEscalated, Next: nw.Deadline}, next, owed{}
-	case w.OnExpiry == "remind" && w.Reminders > 0:
-		nw := w
-		nw.Reminders--
-		nw.Since, nw.Deadline = now, now.Add(ttl)
-		next.Wait = &nw
-		audit(checkpoint.AuditEntry{Kind: checkpoint.AuditReminded, Group: w.Group, PayloadSHA256: w.PayloadSHA256,
-			Reason: fmt.Sprintf("no decision by %s within %s; reminder sent, %d left", w.Group, ttl, nw.Reminders)})
-		rem := &Reminder{RunID: run.ID, Workflow: run.Workflow, Step: w.Step, Group: w.Group, PayloadSHA256: w.PayloadSHA256, Deadline: nw.Deadline, Left: nw.Reminders}
-		return ExpireResult{Action: ExpireReminded, Next: nw.Deadline}, next,
-			owed{reminder: rem, reminderID: queue.ReminderMsgID(run, w.Step, nw.Reminders)}
-	}
-	reason := fmt.Sprintf("expired: no decision by %s within %s", w.Group, ttl)
-	next.Approvals = append(append([]checkpoint.Approval(nil), run.Approvals...), checkpoint.Approval{
-		Step: w.Step, By: "scheduler", At: now, Decision: checkpoint.DecisionRejected, Channel: ChannelScheduler,
-		PayloadSHA256: w.PayloadSHA256, Payload: w.Payload, Reason: reason,
-	})
-	audit(checkpoint.AuditEntry{Kind: checkpoint.AuditExpired, Group: w.Group, Decision: checkpoint.DecisionRejected, PayloadSHA256: w.PayloadSHA256, Reason: reason})
-	next.Status, next.Step, next.StepName, next.Wait = checkpoint.StatusRunning, w.Step, w.StepName, nil
-	next.Resumes++
-	return ExpireResult{Action: ExpireRejected}, next, owed{stepID: queue.ResumeMsgID(next, queue.Resume)}
 }
 
 // Repair publishes again what a running run waits for when it made no

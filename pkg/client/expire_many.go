@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // ExpireOutcome is what ExpireMany did for one run.
@@ -105,14 +106,15 @@ func (c *Client) publishAll(ctx context.Context, msgs []*nats.Msg) (errs []error
 	return errs
 }
 
-// owedMessage is the message o stands for, nil when o owes none.
-func owedMessage(run checkpoint.Run, o owed) (*nats.Msg, error) {
-	switch {
-	case o.stepID != "":
+// owedMessage is the message an expiry's command stands for, nil when
+// it owes none.
+func owedMessage(run checkpoint.Run, cmd transition.Command) (*nats.Msg, error) {
+	switch o := cmd.(type) {
+	case transition.PublishStep:
 		m := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-		return queue.StepMessage(m, o.stepID)
-	case o.reminder != nil:
-		return queue.EventMessage(run.Workflow, "reminder", o.reminderID, o.reminder)
+		return queue.StepMessage(m, o.MsgID)
+	case transition.PublishReminder:
+		return queue.EventMessage(run.Workflow, "reminder", o.MsgID, o.Reminder)
 	}
 	return nil, nil
 }

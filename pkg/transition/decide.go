@@ -89,7 +89,7 @@ func owedResume(run checkpoint.Run) []Command {
 	if run.Status != checkpoint.StatusRunning || n == 0 || run.Approvals[n-1].Step != run.Step || run.UpdatedAt.After(run.Approvals[n-1].At) {
 		return nil
 	}
-	return []Command{PublishStep{MsgID: queue.ResumeMsgID(run, queue.Resume), BestEffort: true}}
+	return []Command{PublishStep{MsgID: queue.ResumeMsgID(run, queue.Resume), Again: true, BestEffort: true}}
 }
 
 // waitWhat names what a wait waits for, as an operator reads it.

@@ -24,6 +24,12 @@ type world struct {
 	// published maps each step message id sent as new (not a
 	// best-effort republish) to the step it carried.
 	published map[string]string
+	// last is the id of the newest step message the events published as
+	// new, "" once the world moved the run on (the worker published
+	// another).
+	last string
+	// reminders maps each reminder id sent to what it said.
+	reminders map[string]Reminder
 	now       time.Time
 }
 
@@ -45,6 +51,7 @@ func runSequence(seed uint64) error {
 		run: checkpoint.Run{ID: "r-" + fmt.Sprint(seed), Workflow: "claim", Status: checkpoint.StatusRunning,
 			Step: 1, StepName: "s1", StartedBy: pick(rng, "ann", "bob", ""), Rev: 1},
 		published: map[string]string{},
+		reminders: map[string]Reminder{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
 	}
 	// Some runs start near their bounds, so that sequences reach them.
@@ -55,6 +62,9 @@ func runSequence(seed uint64) error {
 	var trail []any // what happened, said only when an invariant breaks
 	for range 5 + rng.IntN(30) {
 		w.now = w.now.Add(time.Duration(1+rng.IntN(5000)) * time.Millisecond)
+		if rng.IntN(6) == 0 { // past the deadlines (an hour), or near one
+			w.now = w.now.Add(pick(rng, time.Hour, time.Hour-time.Second, 2*time.Hour))
+		}
 		if rng.IntN(3) == 0 {
 			trail = append(trail, w.outside(rng))
 			continue
@@ -83,37 +93,44 @@ func (w *world) outside(rng *rand.Rand) string {
 	if r.Status.Terminal() {
 		return "nothing (ended)"
 	}
+	if r.Status != checkpoint.StatusRunning {
+		// Only a running step parks, sleeps, moves on or ends the run:
+		// a waiting run is changed by events.
+		return "nothing (waiting)"
+	}
 	r.Rev++
 	r.UpdatedAt = w.now
+	w.last = ""
 	switch rng.IntN(5) {
 	case 4: // a step waits for a signal
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: pick(rng, "go", "stop"),
-			Step: r.Step, StepName: r.StepName, Deadline: w.now.Add(time.Hour)}
+			Step: r.Step, StepName: r.StepName, Since: w.now, Deadline: w.now.Add(time.Hour)}
 		return "waits for a signal"
 	case 0: // a step parks at an approval
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName,
-			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: w.now, Deadline: w.now.Add(time.Hour)}
+			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: w.now, Deadline: w.now.Add(time.Hour),
+			OnExpiry: pick(rng, "", "reject", "escalate", "remind"), EscalateTo: pick(rng, "", "managers"), Reminders: pick(rng, 0, 1, 2)}
 		return "parked at an approval"
-	case 1: // a step sleeps
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step + 1, StepName: "s", Deadline: w.now.Add(time.Hour)}
+	case 1: // a step sleeps: the run waits at the step after it
+		r.Step++
+		r.StepName = fmt.Sprint("s", r.Step)
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: w.now, Deadline: w.now.Add(time.Hour)}
 		return "sleeps"
 	case 2: // a step commits and the next runs
-		if r.Status == checkpoint.StatusRunning {
-			r.Step++
-			r.StepName = fmt.Sprint("s", r.Step)
-		}
+		r.Step++
+		r.StepName = fmt.Sprint("s", r.Step)
 		return "moved on"
 	}
-	if r.Status == checkpoint.StatusRunning {
-		r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
-	}
+	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
 	return "ended"
 }
 
 // event is a random event of the callers of Apply, often one that fits
 // the run, often one that does not.
 func event(rng *rand.Rand, run checkpoint.Run) Event {
-	switch rng.IntN(7) {
+	switch rng.IntN(9) {
+	case 7, 8:
+		return Expire{}
 	case 5, 6:
 		return Signal{Signal: checkpoint.Signal{Name: pick(rng, "go", "stop"), ID: pick(rng, "s1", "s2", "s3", "s4"),
 			Data: pick(rng, []byte(nil), []byte(`{"n":1}`)), By: "bot", Channel: "api"}}
@@ -153,11 +170,20 @@ func (w *world) apply(ev Event) error {
 	if err := w.check(before, ev, r); err != nil {
 		return err
 	}
+	if err := w.checkExpiry(before, ev, r); err != nil {
+		return err
+	}
 	for _, c := range r.Commands {
-		if p, ok := c.(PublishStep); ok {
+		switch p := c.(type) {
+		case PublishStep:
 			if err := w.publish(p, r); err != nil {
 				return err
 			}
+		case PublishReminder:
+			if prev, seen := w.reminders[p.MsgID]; seen && prev != p.Reminder {
+				return fmt.Errorf("reminder id %s sent for %+v and for %+v", p.MsgID, prev, p.Reminder)
+			}
+			w.reminders[p.MsgID] = p.Reminder
 		}
 	}
 	if r.Store {
@@ -202,8 +228,11 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return errors.New("redrives changed")
 	}
 	resumed := old.Status == checkpoint.StatusWaiting && next.Status == checkpoint.StatusRunning
+	woke := resumed && old.Wait.Kind == checkpoint.WaitTimer
 	switch {
-	case resumed && next.Resumes != old.Resumes+1:
+	case woke && (next.Resumes != old.Resumes || next.Step != old.Wait.Step):
+		return fmt.Errorf("a timer's wake moved the generation from %d to %d, the step from %d to %d", old.Resumes, next.Resumes, old.Step, next.Step)
+	case resumed && !woke && next.Resumes != old.Resumes+1:
 		return fmt.Errorf("a resume moved the generation from %d to %d", old.Resumes, next.Resumes)
 	case !resumed && next.Resumes != old.Resumes:
 		return errors.New("the generation moved without a resume")
@@ -256,16 +285,59 @@ func resumedBy(old, next checkpoint.Run, ev Event) bool {
 	case Signal:
 		last := next.Signals[len(next.Signals)-1]
 		return old.Wait.Kind == checkpoint.WaitSignal && len(next.Signals) == len(old.Signals)+1 && last.Name == old.Wait.Name && last.Pending()
+	case Expire:
+		switch old.Wait.Kind {
+		case checkpoint.WaitTimer:
+			return true
+		case checkpoint.WaitSignal:
+			last := next.Signals[len(next.Signals)-1]
+			return last.Expired && last.Name == old.Wait.Name && last.Pending()
+		}
+		last := next.Approvals[len(next.Approvals)-1]
+		return len(next.Approvals) == len(old.Approvals)+1 && last.Step == old.Wait.Step && last.Decision == checkpoint.DecisionRejected
 	}
 	return false
 }
 
-// isFull: a refusal recorded past MaxRefusals, and a signal the run
-// holds already, change nothing, and are no error.
+// checkExpiry holds the invariants of the scheduler's expiry: it acts
+// only on a wait whose deadline passed, and a wait it keeps (escalated,
+// reminded) is due again later, at the time it reports for the index.
+func (w *world) checkExpiry(old checkpoint.Run, ev Event, r Result) error {
+	_, isExpire := ev.(Expire)
+	next := r.Run
+	switch {
+	case !isExpire && r.Expiry != (Expiry{}):
+		return fmt.Errorf("a %T reports an expiry", ev)
+	case !isExpire:
+		return nil
+	case r.Err != nil:
+		return fmt.Errorf("an expiry refused: %v", r.Err)
+	case r.Store && (old.Wait == nil || w.now.Before(old.Wait.Deadline)):
+		return errors.New("an expiry changed a run whose wait was not due")
+	case !r.Store && old.Status == checkpoint.StatusWaiting && old.Wait != nil && old.Wait.Kind != checkpoint.WaitChildren && !w.now.Before(old.Wait.Deadline):
+		return errors.New("a due wait was not expired: stuck")
+	case r.Store && next.Status == checkpoint.StatusWaiting &&
+		(!next.Wait.Deadline.After(w.now) || !r.Expiry.Next.Equal(next.Wait.Deadline)):
+		return fmt.Errorf("a kept wait is due at %s, the index is told %s (now %s)", next.Wait.Deadline, r.Expiry.Next, w.now)
+	case r.Store && next.Status == checkpoint.StatusWaiting && next.Wait.Reminders > old.Wait.Reminders:
+		return errors.New("an expiry added reminders")
+	case r.Store && next.Status == checkpoint.StatusWaiting && next.Wait.Reminders < 0:
+		return fmt.Errorf("%d reminders left", next.Wait.Reminders)
+	case r.Expiry.Action == "":
+		return errors.New("an expiry without an action")
+	}
+	return nil
+}
+
+// isFull: a refusal recorded past MaxRefusals, a signal the run holds
+// already, and an expiry with nothing due change nothing, and are no
+// error.
 func isFull(old checkpoint.Run, ev Event) bool {
 	switch e := ev.(type) {
 	case Refuse:
 		return old.Refusals >= MaxRefusals
+	case Expire: // nothing due (checkExpiry says when that is wrong)
+		return true
 	case Signal:
 		_, same, ok := Delivered(old, e.Signal.ID, e.Signal.Name, e.Signal.Data)
 		return ok && same
@@ -282,14 +354,19 @@ func (w *world) publish(p PublishStep, r Result) error {
 	switch {
 	case seen && prev != step:
 		return fmt.Errorf("message id %s presented for step %s and for %s", p.MsgID, prev, step)
-	case p.BestEffort && !seen:
+	case p.Again && !seen:
 		return fmt.Errorf("a republish minted a new id %s", p.MsgID)
-	case !p.BestEffort && seen:
+	case p.Again && p.MsgID != w.last:
+		return fmt.Errorf("a republish of %s, which is not the run's newest step message (%q): a step of a past generation presented again", p.MsgID, w.last)
+	case !p.Again && seen:
 		return fmt.Errorf("message id %s minted twice: a resume of one generation published twice as new", p.MsgID)
-	case !p.BestEffort && !r.Store:
+	case p.BestEffort && !p.Again:
+		return fmt.Errorf("a new step message %s whose loss is not reported: the run would be stuck", p.MsgID)
+	case !p.Again && !r.Store:
 		return errors.New("a step published as new for a change not stored")
 	}
 	w.published[p.MsgID] = step
+	w.last = p.MsgID
 	return nil
 }
 
@@ -299,9 +376,9 @@ func same(a, b Result) bool {
 		reflect.DeepEqual(a.Run, b.Run) && reflect.DeepEqual(a.Commands, b.Commands)
 }
 
-func publishes(cmds []Command, bestEffort bool) bool {
+func publishes(cmds []Command, again bool) bool {
 	for _, c := range cmds {
-		if p, ok := c.(PublishStep); ok && p.BestEffort == bestEffort {
+		if p, ok := c.(PublishStep); ok && p.Again == again {
 			return true
 		}
 	}

@@ -6,9 +6,9 @@
 // writer came first), then carry out the commands.
 //
 // Its events are those of the operators, approvers and systems that act
-// on a run through pkg/client: a decision, a refused decision, a cancel,
-// a signal. The worker's and scheduler's changes (a step's commit, a
-// park, an expiry, a redrive) do not go through it yet.
+// on a run through pkg/client (a decision, a refused decision, a cancel,
+// a signal) and the scheduler's expiry of a wait. The worker's changes
+// (a step's commit, a park) and a redrive do not go through it yet.
 package transition
 
 import (
@@ -54,6 +54,8 @@ type Result struct {
 	// Err refuses the event: nothing is stored; Commands still follow
 	// (a resume owed by an earlier decision is published again).
 	Err error
+	// Expiry is what an Expire did; zero for other events.
+	Expiry Expiry
 }
 
 // Apply applies ev to run at now. It does not change run: the slices of
@@ -75,9 +77,20 @@ type PublishStatus struct{}
 // at all when BestEffort (a republish of what an earlier change owed:
 // that change reported it).
 type PublishStep struct {
-	MsgID      string
-	Lost       string
+	MsgID string
+	Lost  string
+	// Again: the publish is a republish of what an earlier stored change
+	// published, under the id that change minted (its first publish may
+	// have failed); the stream drops it within its duplicate window, and
+	// the step protocol a stale one after it. It mints nothing.
+	Again      bool
 	BestEffort bool
+}
+
+// PublishReminder publishes Reminder as a reminder event under MsgID.
+type PublishReminder struct {
+	MsgID    string
+	Reminder Reminder
 }
 
 // CancelChildren cancels the run's live child runs, as By through
@@ -88,10 +101,11 @@ type CancelChildren struct{ By, Channel string }
 // ended.
 type NotifyParent struct{}
 
-func (PublishStatus) command()  {}
-func (PublishStep) command()    {}
-func (CancelChildren) command() {}
-func (NotifyParent) command()   {}
+func (PublishStatus) command()   {}
+func (PublishStep) command()     {}
+func (CancelChildren) command()  {}
+func (NotifyParent) command()    {}
+func (PublishReminder) command() {}
 
 // appended is s with v after it, in a new array: a run read from a store
 // may share its slices with the caller's copy.
