@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
-	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // StartChildren creates the child runs that checkpoint cp of parent lists
@@ -70,42 +69,22 @@ func (c *Client) ChildEnded(ctx context.Context, run checkpoint.Run) error {
 // its own end is stored, so the last to end sees all ended. It reports
 // whether it resumed the run.
 func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
-	for {
-		run, err := c.store.GetRun(ctx, id)
-		if err != nil {
-			return false, fmt.Errorf("parent %s: %w", id, err)
-		}
+	_, r, err := c.changeOf(ctx, id, func(run checkpoint.Run) (transition.Event, error) {
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil || run.Wait.Kind != checkpoint.WaitChildren {
-			return false, nil
+			return nil, nil
 		}
 		results, err := c.ChildResults(ctx, run, run.Wait.Step-1)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		for _, r := range results {
 			if !r.Status.Terminal() {
-				return false, nil
+				return nil, nil
 			}
 		}
-		now := time.Now().UTC()
-		next := run
-		next.Status, next.Wait, next.UpdatedAt = checkpoint.StatusRunning, nil, now
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditChildren, Step: run.Step, At: now, Reason: fmt.Sprintf("all %d child runs ended", len(results)),
-		})
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("resume parent %s: %w", id, err)
-		}
-		c.statusChanged(ctx, stored)
-		if err := c.publish(ctx, stored, queue.ResumeMsgID(stored, queue.Children)); err != nil {
-			return true, fmt.Errorf("parent %s resumed but its step was not published; the scheduler's repair publishes it: %w", id, err)
-		}
-		return true, nil
-	}
+		return transition.ChildrenEnded{Count: len(results)}, nil
+	}, nil)
+	return r.Resumed, err
 }
 
 // ChildStatus is how a child run stands, for ChildResults.
@@ -194,29 +173,4 @@ func (c *Client) cancelChildren(ctx context.Context, run checkpoint.Run, by stri
 		}
 	}
 	return nil
-}
-
-// rewaitChildren puts run, at the step after cp started its children,
-// back to waiting for them, then starts them (idempotent) and resumes the
-// run if they have all ended.
-func (c *Client) rewaitChildren(ctx context.Context, run checkpoint.Run, cp checkpoint.Checkpoint) error {
-	for {
-		next := run
-		next.Status = checkpoint.StatusWaiting
-		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: run.Step, StepName: run.StepName, Since: time.Now().UTC()}
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			if run, err = c.store.GetRun(ctx, run.ID); err != nil {
-				return err
-			}
-			if run.Status != checkpoint.StatusRunning || run.Step != cp.Step+1 {
-				return nil // it moved on meanwhile
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		return c.StartChildren(ctx, stored, cp)
-	}
 }

@@ -327,10 +327,21 @@ func (c *Client) change(ctx context.Context, id string, ev transition.Event) (ch
 // says of the run read (what the event cannot know: the workflow's
 // registration). It returns the event's result too.
 func (c *Client) changeChecked(ctx context.Context, id string, ev transition.Event, check func(checkpoint.Run) error) (checkpoint.Run, transition.Result, error) {
+	return c.changeOf(ctx, id, func(checkpoint.Run) (transition.Event, error) { return ev, nil }, check)
+}
+
+// changeOf is changeChecked with the event made from the run read, by
+// what else eventOf reads (a run's children); a nil event changes
+// nothing.
+func (c *Client) changeOf(ctx context.Context, id string, eventOf func(checkpoint.Run) (transition.Event, error), check func(checkpoint.Run) error) (checkpoint.Run, transition.Result, error) {
 	for {
 		run, err := c.store.GetRun(ctx, id)
 		if err != nil {
 			return run, transition.Result{}, fmt.Errorf("run %s: %w", id, err)
+		}
+		ev, err := eventOf(run)
+		if ev == nil || err != nil {
+			return run, transition.Result{Run: run}, err
 		}
 		r := transition.Apply(run, ev, time.Now())
 		stored := r.Run
@@ -374,6 +385,10 @@ func (c *Client) carryOut(ctx context.Context, run checkpoint.Run, cmds []transi
 			errs = append(errs, c.cancelChildren(ctx, run, cmd.By, action{channel: cmd.Channel}))
 		case transition.NotifyParent:
 			errs = append(errs, c.ChildEnded(ctx, run))
+		case transition.StartChildren:
+			errs = append(errs, c.StartChildren(ctx, run, cmd.Checkpoint))
+		case transition.PublishFanOut:
+			errs = append(errs, c.publishFanOut(ctx, run, cmd))
 		default:
 			errs = append(errs, fmt.Errorf("run %s: no way to carry out %T", run.ID, cmd))
 		}

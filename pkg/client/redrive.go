@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -13,10 +12,11 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // ErrNotDead: only a dead run can be redriven.
-var ErrNotDead = errors.New("run is not dead")
+var ErrNotDead = transition.ErrNotDead
 
 // Redrive puts a dead run back to work at the step it died in, with a fresh
 // set of attempts. Completed steps are not run again and journaled calls
@@ -25,78 +25,56 @@ func (c *Client) Redrive(ctx context.Context, id, by string, opts ...ActionOptio
 	a := actionOf(opts)
 	ctx, span := c.actionSpan(ctx, id, "durable.redrive", attribute.String("durable.by", by), attribute.String("durable.channel", a.channel))
 	defer func() { endSpan(span, err) }()
-	for {
-		run, err := c.store.GetRun(ctx, id)
-		if err != nil {
-			return run, fmt.Errorf("run %s: %w", id, err)
-		}
-		if run.Status != checkpoint.StatusDead {
-			return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotDead)
-		}
-		// Children the run would wait for again are started while it is
-		// still dead: one that can't start (bad input, a workflow no
-		// worker registered) leaves it dead, not waiting for ever.
-		if err := c.startChildrenOf(ctx, run); err != nil {
+	run, err = c.store.GetRun(ctx, id)
+	if err != nil {
+		return run, fmt.Errorf("run %s: %w", id, err)
+	}
+	if run.Status != checkpoint.StatusDead {
+		return run, fmt.Errorf("run %s is %s: %w", id, run.Status, ErrNotDead)
+	}
+	before, err := c.checkpointBefore(ctx, run)
+	if err != nil {
+		return run, err
+	}
+	if before != nil && len(before.Children) > 0 {
+		// Children the run waits for again are started while it is still
+		// dead: one that can't start (bad input, a workflow no worker
+		// registered) leaves it dead, not waiting for ever.
+		if err := c.startChildRuns(ctx, run, *before); err != nil {
 			return run, fmt.Errorf("run %s stays dead: %w", id, err)
 		}
-		now := time.Now().UTC()
-		next := run
-		next.Status, next.UpdatedAt = checkpoint.StatusRunning, now
-		next.Redrives++
-		next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-			Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: by, Channel: a.channel, Reason: "was dead: " + run.Error,
-		})
-		next.Error, next.FailedBranch = "", 0
-		stored, err := c.store.UpdateRun(ctx, next)
-		if errors.Is(err, checkpoint.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return run, fmt.Errorf("redrive %s: %w", id, err)
-		}
-		c.statusChanged(ctx, stored) // before the redriven step's own events
-		if err := c.publishRedrive(ctx, stored); err != nil {
-			return stored, fmt.Errorf("run %s set running but its step was not published; the scheduler's stuck-run repair will publish it: %w", id, err)
-		}
-		return stored, nil
 	}
+	return c.change(ctx, id, transition.Redrive{By: by, Channel: a.channel, Before: before})
 }
 
-// publishRedrive publishes the step a redriven run died in, or, at the
-// join of a fan-out, its branches without a checkpoint (or the join when
-// all have one: a branch retried meanwhile may have committed after all,
-// and a join can die on its own).
-func (c *Client) publishRedrive(ctx context.Context, run checkpoint.Run) error {
-	if cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1); err == nil && len(cp.Children) > 0 {
-		// The step before started children: the run waits for them again
-		// (the ones that could not be started are started now).
-		return c.rewaitChildren(ctx, run, cp)
-	}
-	fan, done, err := c.fanOutAt(ctx, run)
-	if err != nil {
-		return err
-	}
-	if fan != nil {
-		_, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.Redrive.Suffix(run))
-		return err
-	}
-	return c.publish(ctx, run, queue.ResumeMsgID(run, queue.Redrive))
-}
-
-// startChildrenOf starts the child runs the step before run's cursor
-// started, if it started any (see StartChildren).
-func (c *Client) startChildrenOf(ctx context.Context, run checkpoint.Run) error {
+// checkpointBefore reads the checkpoint of the step before run's cursor,
+// nil when there is none.
+func (c *Client) checkpointBefore(ctx context.Context, run checkpoint.Run) (*checkpoint.Checkpoint, error) {
 	if run.Step < 2 {
-		return nil
+		return nil, nil
 	}
 	cp, err := c.store.Checkpoint(ctx, run.ID, run.Step-1)
-	if errors.Is(err, checkpoint.ErrNotFound) || (err == nil && len(cp.Children) == 0) {
-		return nil
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("checkpoint %s:%d: %w", run.ID, run.Step-1, err)
+		return nil, fmt.Errorf("checkpoint %s:%d: %w", run.ID, run.Step-1, err)
 	}
-	return c.startChildRuns(ctx, run, cp)
+	return &cp, nil
+}
+
+// publishFanOut carries out cmd: the branches of its fan-out without a
+// checkpoint, or its join when all have one (a branch retried meanwhile
+// may have committed after all, and a join can die on its own).
+func (c *Client) publishFanOut(ctx context.Context, run checkpoint.Run, cmd transition.PublishFanOut) error {
+	done, err := c.store.BranchCheckpoints(ctx, run.ID, run.Step, len(cmd.Checkpoint.FanOut.Branches))
+	if err == nil {
+		_, err = queue.PublishFanOut(ctx, c.js, run, cmd.Checkpoint, done, cmd.Suffix)
+	}
+	if err != nil {
+		return fmt.Errorf("run %s set running but its branches were not published; the scheduler's stuck-run repair will publish them: %w", run.ID, err)
+	}
+	return nil
 }
 
 // DeadLetters lists the dead-letter stream, oldest first.

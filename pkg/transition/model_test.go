@@ -119,6 +119,10 @@ func (w *world) outside(rng *rand.Rand) string {
 	case 2: // a step commits and the next runs
 		r.Step++
 		r.StepName = fmt.Sprint("s", r.Step)
+		if rng.IntN(3) == 0 { // the step started child runs: the next waits for them
+			r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: w.now}
+			return "started children"
+		}
 		return "moved on"
 	}
 	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
@@ -128,7 +132,20 @@ func (w *world) outside(rng *rand.Rand) string {
 // event is a random event of the callers of Apply, often one that fits
 // the run, often one that does not.
 func event(rng *rand.Rand, run checkpoint.Run) Event {
-	switch rng.IntN(9) {
+	switch rng.IntN(11) {
+	case 9:
+		return ChildrenEnded{Count: 2}
+	case 10:
+		rd := Redrive{By: "ops", Channel: "cli"}
+		switch rng.IntN(4) {
+		case 1:
+			rd.Before = &checkpoint.Checkpoint{RunID: run.ID, Step: run.Step - 1, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
+		case 2:
+			rd.Before = &checkpoint.Checkpoint{RunID: run.ID, Step: run.Step - 1, FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}}}}
+		case 3: // a stale read: another step's
+			rd.Before = &checkpoint.Checkpoint{RunID: run.ID, Step: run.Step - 2, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
+		}
+		return rd
 	case 7, 8:
 		return Expire{}
 	case 5, 6:
@@ -152,6 +169,29 @@ func event(rng *rand.Rand, run checkpoint.Run) Event {
 }
 
 func pick[T any](rng *rand.Rand, v ...T) T { return v[rng.IntN(len(v))] }
+
+// redriven says whether ev redrives old: a Redrive of a dead run.
+func redriven(old checkpoint.Run, ev Event) bool {
+	_, ok := ev.(Redrive)
+	return ok && old.Status == checkpoint.StatusDead
+}
+
+// startedChildren says whether the Redrive ev knows that the step before
+// old's cursor started child runs.
+func startedChildren(old checkpoint.Run, ev Event) bool {
+	b := ev.(Redrive).Before
+	return b != nil && b.Step == old.Step-1 && len(b.Children) > 0
+}
+
+// has says whether cmds hold a command of type C.
+func has[C Command](cmds []Command) bool {
+	for _, c := range cmds {
+		if _, ok := c.(C); ok {
+			return true
+		}
+	}
+	return false
+}
 
 // apply applies ev, checks the invariants, and stores the result as a
 // store would (the revision moves).
@@ -212,8 +252,20 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return nil
 	case pending(next.Signals) > MaxSignalsPerRun:
 		return fmt.Errorf("%d signals pending", pending(next.Signals))
-	case old.Status.Terminal() && next.Status != old.Status:
+	case old.Status.Terminal() && next.Status != old.Status && !redriven(old, ev):
 		return fmt.Errorf("an ended run (%s) became %s", old.Status, next.Status)
+	case redriven(old, ev) != (next.Redrives == old.Redrives+1) || (!redriven(old, ev) && next.Redrives != old.Redrives):
+		return fmt.Errorf("redrives went from %d to %d on a %T of a %s run", old.Redrives, next.Redrives, ev, old.Status)
+	case redriven(old, ev) && next.Resumes != old.Resumes:
+		return errors.New("a redrive moved the resumes")
+	case redriven(old, ev) && startedChildren(old, ev) != (next.Status == checkpoint.StatusWaiting):
+		return fmt.Errorf("a redrive after the step before started children: %t; the run is %s", startedChildren(old, ev), next.Status)
+	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind != checkpoint.WaitChildren && next.Wait.Deadline.IsZero():
+		return fmt.Errorf("a %s wait without a deadline: nothing will end it", next.Wait.Kind)
+	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitChildren && old.Status != checkpoint.StatusWaiting && !has[StartChildren](r.Commands):
+		return errors.New("a run waits for children nobody starts")
+	case next.Status == checkpoint.StatusRunning && old.Status != checkpoint.StatusRunning && !publishes(r.Commands, false) && !has[PublishFanOut](r.Commands):
+		return fmt.Errorf("a %s run set running with nothing published: stuck", old.Status)
 	case next.Status != checkpoint.StatusWaiting && next.Wait != nil:
 		return fmt.Errorf("a %s run keeps a wait", next.Status)
 	case next.Status == checkpoint.StatusWaiting && next.Wait == nil:
@@ -224,11 +276,12 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("signal id %s held twice", heldTwice(next.Signals))
 	case next.Refusals > MaxRefusals:
 		return fmt.Errorf("%d refusals kept", next.Refusals)
-	case next.Redrives != old.Redrives:
-		return errors.New("redrives changed")
 	}
 	resumed := old.Status == checkpoint.StatusWaiting && next.Status == checkpoint.StatusRunning
-	woke := resumed && old.Wait.Kind == checkpoint.WaitTimer
+	// A timer's wake and the children's resume keep the generation:
+	// each is once per sleep or start of children, and their ids have
+	// a cause of their own.
+	woke := resumed && (old.Wait.Kind == checkpoint.WaitTimer || old.Wait.Kind == checkpoint.WaitChildren)
 	switch {
 	case woke && (next.Resumes != old.Resumes || next.Step != old.Wait.Step):
 		return fmt.Errorf("a timer's wake moved the generation from %d to %d, the step from %d to %d", old.Resumes, next.Resumes, old.Step, next.Step)
@@ -285,6 +338,8 @@ func resumedBy(old, next checkpoint.Run, ev Event) bool {
 	case Signal:
 		last := next.Signals[len(next.Signals)-1]
 		return old.Wait.Kind == checkpoint.WaitSignal && len(next.Signals) == len(old.Signals)+1 && last.Name == old.Wait.Name && last.Pending()
+	case ChildrenEnded:
+		return old.Wait.Kind == checkpoint.WaitChildren
 	case Expire:
 		switch old.Wait.Kind {
 		case checkpoint.WaitTimer:
@@ -330,14 +385,16 @@ func (w *world) checkExpiry(old checkpoint.Run, ev Event, r Result) error {
 }
 
 // isFull: a refusal recorded past MaxRefusals, a signal the run holds
-// already, and an expiry with nothing due change nothing, and are no
-// error.
+// already, an expiry with nothing due and the end of children nobody
+// waits for change nothing, and are no error.
 func isFull(old checkpoint.Run, ev Event) bool {
 	switch e := ev.(type) {
 	case Refuse:
 		return old.Refusals >= MaxRefusals
 	case Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
+	case ChildrenEnded: // not waiting for children
+		return old.Status != checkpoint.StatusWaiting || old.Wait.Kind != checkpoint.WaitChildren
 	case Signal:
 		_, same, ok := Delivered(old, e.Signal.ID, e.Signal.Name, e.Signal.Data)
 		return ok && same

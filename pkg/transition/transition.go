@@ -6,9 +6,18 @@
 // writer came first), then carry out the commands.
 //
 // Its events are those of the operators, approvers and systems that act
-// on a run through pkg/client (a decision, a refused decision, a cancel,
-// a signal) and the scheduler's expiry of a wait. The worker's changes
-// (a step's commit, a park) and a redrive do not go through it yet.
+// on a run through pkg/client (Decide, Refuse, Cancel, Signal, Redrive),
+// the end of a run's child runs (ChildrenEnded) and the scheduler's
+// expiry of a wait (Expire). The worker's changes (a step's commit, a
+// park, a dead letter) do not go through it yet.
+//
+// Message ids are minted here, from the run as stored after the change
+// (pkg/queue spells them): a resume carries the run's generation, which
+// grows with every decision, signal, approval's or signal's expiry and
+// redrive; a timer's wake and the children's resume are once per sleep
+// or start of children, under causes of their own. A command that
+// publishes again what an earlier change published says so (Again) and
+// mints nothing.
 package transition
 
 import (

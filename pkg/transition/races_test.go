@@ -1,0 +1,188 @@
+package transition
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+// The interleavings of issue 23 ("Races at the edges") that run through
+// this package, each a named sequence through the model's world: every
+// event is checked against the model's invariants (world.apply), and
+// each sequence asserts what the issue found broken.
+func TestRaces(t *testing.T) {
+	t.Run("23.1 signal room after many expiries and signals", func(t *testing.T) {
+		w := script(t)
+		// A step waits for go, the wait expires, the step reads the
+		// marker and waits again, 150 times; then go comes 150 times.
+		for range 150 {
+			w.waitSignal("go")
+			w.now = w.now.Add(2 * time.Hour)
+			if r := w.must(Expire{}); r.Expiry.Action != ExpireSignal {
+				t.Fatalf("expiry did %q", r.Expiry.Action)
+			}
+			w.consume()
+		}
+		// Expired twice with no step reading the first marker: one
+		// marker stays, and markers take no room from signals.
+		for range 2 {
+			w.waitSignal("go")
+			w.now = w.now.Add(2 * time.Hour)
+			w.must(Expire{})
+		}
+		markers := 0
+		for _, sig := range w.run.Signals {
+			if sig.Expired {
+				markers++
+			}
+		}
+		if markers != 1 {
+			t.Fatalf("%d expiry markers for one name", markers)
+		}
+		for i := range MaxSignalsPerRun {
+			w.must(Signal{Signal: checkpoint.Signal{Name: "other", ID: fmt.Sprint("o-", i), By: "bot"}})
+		}
+		w.consume()
+		for i := range 150 {
+			w.waitSignal("go")
+			if r := w.must(Signal{Signal: checkpoint.Signal{Name: "go", ID: fmt.Sprint("go-", i), By: "bot"}}); !r.Resumed {
+				t.Fatalf("signal %d did not resume the run", i)
+			}
+			w.consume()
+		}
+	})
+	t.Run("23.3 children resume, dead step, redrive within the duplicate window", func(t *testing.T) {
+		w := script(t)
+		w.moveOn()
+		cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: w.run.Step, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
+		w.startChildren()
+		first := w.must(ChildrenEnded{Count: 1}).Commands
+		w.end(checkpoint.StatusDead)
+		if r := w.must(Redrive{By: "ops", Before: &cp}); r.Run.Status != checkpoint.StatusWaiting || !has[StartChildren](r.Commands) {
+			t.Fatalf("redrive of a parent: %s, %v", r.Run.Status, r.Commands)
+		}
+		// The second resume is a new message (world.publish refuses an id
+		// minted twice): the stream would drop a repeat of the first.
+		second := w.must(ChildrenEnded{Count: 1}).Commands
+		if fmt.Sprint(first) == fmt.Sprint(second) {
+			t.Fatalf("both resumes are %v", first)
+		}
+	})
+	t.Run("23.3 a timer's wake after a redrive", func(t *testing.T) {
+		w := script(t)
+		w.sleep()
+		w.now = w.now.Add(2 * time.Hour)
+		w.must(Expire{})
+		w.end(checkpoint.StatusDead)
+		w.must(Redrive{By: "ops"})
+		w.sleep()
+		w.now = w.now.Add(2 * time.Hour)
+		w.must(Expire{})
+	})
+	t.Run("a late decision after a signal resumed the step (model seed 98)", func(t *testing.T) {
+		w := script(t)
+		w.park()
+		w.must(Decide{By: "ann"})
+		w.waitSignal("go")
+		w.must(Signal{Signal: checkpoint.Signal{Name: "go", ID: "g1", By: "bot"}})
+		// The same decision again, as a retried request: refused, and
+		// it publishes nothing new (world.publish refuses a republish of
+		// an id that is not the newest).
+		if r := Apply(w.run, Decide{By: "ann"}, w.now); r.Err == nil || len(r.Commands) != 0 {
+			t.Fatalf("late decision: %v, %v", r.Err, r.Commands)
+		}
+	})
+}
+
+// script is a world for a named sequence: a run at its first step.
+func script(t *testing.T) *scripted {
+	t.Helper()
+	return &scripted{t: t, world: &world{
+		run:       checkpoint.Run{ID: "r-" + t.Name(), Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1, StepName: "s1", Rev: 1},
+		published: map[string]string{},
+		reminders: map[string]Reminder{},
+		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
+	}}
+}
+
+type scripted struct {
+	t *testing.T
+	*world
+}
+
+// must applies ev, which must pass the invariants, be accepted and store
+// a change.
+func (s *scripted) must(ev Event) Result {
+	s.t.Helper()
+	s.now = s.now.Add(time.Second)
+	r := Apply(s.run, ev, s.now)
+	if err := s.apply(ev); err != nil {
+		s.t.Fatalf("%T: %v", ev, err)
+	}
+	if r.Err != nil || !r.Store {
+		s.t.Fatalf("%T refused (%v) or stored nothing", ev, r.Err)
+	}
+	return r
+}
+
+// The worker's changes, as the random world makes them.
+func (s *scripted) worker(change func(r *checkpoint.Run)) {
+	s.now = s.now.Add(time.Second)
+	s.run.Rev++
+	s.run.UpdatedAt = s.now
+	s.last = ""
+	change(&s.run)
+}
+
+func (s *scripted) waitSignal(name string) {
+	s.worker(func(r *checkpoint.Run) {
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: name, Step: r.Step, StepName: r.StepName, Since: s.now, Deadline: s.now.Add(time.Hour)}
+	})
+}
+
+func (s *scripted) park() {
+	s.worker(func(r *checkpoint.Run) {
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName, PayloadSHA256: "h1", Group: "adjusters", Since: s.now, Deadline: s.now.Add(time.Hour)}
+	})
+}
+
+func (s *scripted) sleep() {
+	s.worker(func(r *checkpoint.Run) {
+		r.Step++
+		r.StepName = fmt.Sprint("s", r.Step)
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: s.now, Deadline: s.now.Add(time.Hour)}
+	})
+}
+
+func (s *scripted) moveOn() {
+	s.worker(func(r *checkpoint.Run) { r.Step++; r.StepName = fmt.Sprint("s", r.Step) })
+}
+
+// startChildren: the step at the cursor started child runs and the run
+// waits for them at the next.
+func (s *scripted) startChildren() {
+	s.moveOn()
+	s.worker(func(r *checkpoint.Run) {
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: s.now}
+	})
+}
+
+func (s *scripted) end(status checkpoint.Status) {
+	s.worker(func(r *checkpoint.Run) { r.Status, r.Wait = status, nil })
+}
+
+// consume: the step at the cursor commits having read every pending
+// signal (and marker).
+func (s *scripted) consume() {
+	s.worker(func(r *checkpoint.Run) {
+		var ids []string
+		for _, sig := range r.Signals {
+			if sig.Pending() {
+				ids = append(ids, sig.ID)
+			}
+		}
+		r.ConsumeSignals(r.Step, ids)
+	})
+}
