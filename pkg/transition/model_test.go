@@ -1,4 +1,4 @@
-package transition
+package transition_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // sequences is how many generated event sequences TestModel applies.
@@ -29,7 +30,7 @@ type world struct {
 	// another).
 	last string
 	// reminders maps each reminder id sent to what it said.
-	reminders map[string]Reminder
+	reminders map[string]transition.Reminder
 	now       time.Time
 }
 
@@ -51,12 +52,12 @@ func runSequence(seed uint64) error {
 		run: checkpoint.Run{ID: "r-" + fmt.Sprint(seed), Workflow: "claim", Status: checkpoint.StatusRunning,
 			Step: 1, StepName: "s1", StartedBy: pick(rng, "ann", "bob", ""), Rev: 1},
 		published: map[string]string{},
-		reminders: map[string]Reminder{},
+		reminders: map[string]transition.Reminder{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
 	}
 	// Some runs start near their bounds, so that sequences reach them.
-	w.run.Refusals = pick(rng, 0, 0, MaxRefusals-2, MaxRefusals)
-	for i := range pick(rng, 0, 0, MaxSignalsPerRun-2) {
+	w.run.Refusals = pick(rng, 0, 0, transition.MaxRefusals-2, transition.MaxRefusals)
+	for i := range pick(rng, 0, 0, transition.MaxSignalsPerRun-2) {
 		w.run.Signals = append(w.run.Signals, checkpoint.Signal{Name: "go", ID: fmt.Sprint("p", i), By: "bot", At: w.now})
 	}
 	var trail []any // what happened, said only when an invariant breaks
@@ -89,54 +90,63 @@ func runSequence(seed uint64) error {
 // outside changes the run as the rest of the world does (the worker, the
 // scheduler), between events.
 func (w *world) outside(rng *rand.Rand) string {
-	r := &w.run
+	said, changed := worker(rng, &w.run, w.now, time.Hour)
+	if changed {
+		w.run.Rev++
+		w.last = ""
+	}
+	return said
+}
+
+// worker changes run as a worker's step does at now: parks it at an
+// approval, waits for a signal, sleeps, moves on, starts children or
+// ends it; waits last ttl. Only a running step changes the run: a
+// waiting or ended one is changed by events. It says what it did, and
+// whether it changed anything.
+func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration) (string, bool) {
 	if r.Status.Terminal() {
-		return "nothing (ended)"
+		return "nothing (ended)", false
 	}
 	if r.Status != checkpoint.StatusRunning {
-		// Only a running step parks, sleeps, moves on or ends the run:
-		// a waiting run is changed by events.
-		return "nothing (waiting)"
+		return "nothing (waiting)", false
 	}
-	r.Rev++
-	r.UpdatedAt = w.now
-	w.last = ""
+	r.UpdatedAt = now
 	switch rng.IntN(5) {
 	case 4: // a step waits for a signal
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: pick(rng, "go", "stop"),
-			Step: r.Step, StepName: r.StepName, Since: w.now, Deadline: w.now.Add(time.Hour)}
-		return "waits for a signal"
+			Step: r.Step, StepName: r.StepName, Since: now, Deadline: now.Add(ttl)}
+		return "waits for a signal", true
 	case 0: // a step parks at an approval
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName,
-			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: w.now, Deadline: w.now.Add(time.Hour),
+			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: now, Deadline: now.Add(ttl),
 			OnExpiry: pick(rng, "", "reject", "escalate", "remind"), EscalateTo: pick(rng, "", "managers"), Reminders: pick(rng, 0, 1, 2)}
-		return "parked at an approval"
+		return "parked at an approval", true
 	case 1: // a step sleeps: the run waits at the step after it
 		r.Step++
 		r.StepName = fmt.Sprint("s", r.Step)
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: w.now, Deadline: w.now.Add(time.Hour)}
-		return "sleeps"
+		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: now, Deadline: now.Add(ttl)}
+		return "sleeps", true
 	case 2: // a step commits and the next runs
 		r.Step++
 		r.StepName = fmt.Sprint("s", r.Step)
 		if rng.IntN(3) == 0 { // the step started child runs: the next waits for them
-			r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: w.now}
-			return "started children"
+			r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: now}
+			return "started children", true
 		}
-		return "moved on"
+		return "moved on", true
 	}
 	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
-	return "ended"
+	return "ended", true
 }
 
 // event is a random event of the callers of Apply, often one that fits
 // the run, often one that does not.
-func event(rng *rand.Rand, run checkpoint.Run) Event {
+func event(rng *rand.Rand, run checkpoint.Run) transition.Event {
 	switch rng.IntN(11) {
 	case 9:
-		return ChildrenEnded{Count: 2}
+		return transition.ChildrenEnded{Count: 2}
 	case 10:
-		rd := Redrive{By: "ops", Channel: "cli"}
+		rd := transition.Redrive{By: "ops", Channel: "cli"}
 		switch rng.IntN(4) {
 		case 1:
 			rd.Before = &checkpoint.Checkpoint{RunID: run.ID, Step: run.Step - 1, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
@@ -147,16 +157,16 @@ func event(rng *rand.Rand, run checkpoint.Run) Event {
 		}
 		return rd
 	case 7, 8:
-		return Expire{}
+		return transition.Expire{}
 	case 5, 6:
-		return Signal{Signal: checkpoint.Signal{Name: pick(rng, "go", "stop"), ID: pick(rng, "s1", "s2", "s3", "s4"),
+		return transition.Signal{Signal: checkpoint.Signal{Name: pick(rng, "go", "stop"), ID: pick(rng, "s1", "s2", "s3", "s4"),
 			Data: pick(rng, []byte(nil), []byte(`{"n":1}`)), By: "bot", Channel: "api"}}
 	case 0:
-		return Cancel{By: pick(rng, "ops", "ann"), Channel: "cli"}
+		return transition.Cancel{By: pick(rng, "ops", "ann"), Channel: "cli"}
 	case 1:
-		return Refuse{Entry: checkpoint.AuditEntry{Step: run.Step, By: "bot"}}
+		return transition.Refuse{Entry: checkpoint.AuditEntry{Step: run.Step, By: "bot"}}
 	}
-	d := Decide{By: pick(rng, "ann", "bob", "carl"), Channel: "api", Reject: rng.IntN(3) == 0}
+	d := transition.Decide{By: pick(rng, "ann", "bob", "carl"), Channel: "api", Reject: rng.IntN(3) == 0}
 	step := run.Step
 	if run.Wait != nil {
 		step = run.Wait.Step
@@ -171,20 +181,20 @@ func event(rng *rand.Rand, run checkpoint.Run) Event {
 func pick[T any](rng *rand.Rand, v ...T) T { return v[rng.IntN(len(v))] }
 
 // redriven says whether ev redrives old: a Redrive of a dead run.
-func redriven(old checkpoint.Run, ev Event) bool {
-	_, ok := ev.(Redrive)
+func redriven(old checkpoint.Run, ev transition.Event) bool {
+	_, ok := ev.(transition.Redrive)
 	return ok && old.Status == checkpoint.StatusDead
 }
 
 // startedChildren says whether the Redrive ev knows that the step before
 // old's cursor started child runs.
-func startedChildren(old checkpoint.Run, ev Event) bool {
-	b := ev.(Redrive).Before
+func startedChildren(old checkpoint.Run, ev transition.Event) bool {
+	b := ev.(transition.Redrive).Before
 	return b != nil && b.Step == old.Step-1 && len(b.Children) > 0
 }
 
 // has says whether cmds hold a command of type C.
-func has[C Command](cmds []Command) bool {
+func has[C transition.Command](cmds []transition.Command) bool {
 	for _, c := range cmds {
 		if _, ok := c.(C); ok {
 			return true
@@ -195,16 +205,16 @@ func has[C Command](cmds []Command) bool {
 
 // apply applies ev, checks the invariants, and stores the result as a
 // store would (the revision moves).
-func (w *world) apply(ev Event) error {
+func (w *world) apply(ev transition.Event) error {
 	before, snapshot := w.run, encode(w.run)
-	r := Apply(w.run, ev, w.now)
+	r := transition.Apply(w.run, ev, w.now)
 	if encode(w.run) != snapshot {
 		return errors.New("Apply changed the run it was given")
 	}
 	if r.Store && (shares(r.Run.Audit, before.Audit) || shares(r.Run.Approvals, before.Approvals) || shares(r.Run.Signals, before.Signals)) {
 		return errors.New("the result shares a slice with the run read: a retry after a conflict would write into it")
 	}
-	if again := Apply(w.run, ev, w.now); !same(r, again) {
+	if again := transition.Apply(w.run, ev, w.now); !same(r, again) {
 		return fmt.Errorf("Apply is not a function of its input: %v, then %v", r, again)
 	}
 	if err := w.check(before, ev, r); err != nil {
@@ -215,11 +225,11 @@ func (w *world) apply(ev Event) error {
 	}
 	for _, c := range r.Commands {
 		switch p := c.(type) {
-		case PublishStep:
+		case transition.PublishStep:
 			if err := w.publish(p, r); err != nil {
 				return err
 			}
-		case PublishReminder:
+		case transition.PublishReminder:
 			if prev, seen := w.reminders[p.MsgID]; seen && prev != p.Reminder {
 				return fmt.Errorf("reminder id %s sent for %+v and for %+v", p.MsgID, prev, p.Reminder)
 			}
@@ -239,7 +249,7 @@ func (w *world) apply(ev Event) error {
 }
 
 // check holds the invariants of one applied event.
-func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
+func (w *world) check(old checkpoint.Run, ev transition.Event, r transition.Result) error {
 	next := r.Run
 	switch {
 	case r.Err != nil && (r.Store || !reflect.DeepEqual(next, old)):
@@ -250,7 +260,7 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return errors.New("an event that stores nothing changed the run it returns")
 	case !r.Store:
 		return nil
-	case pending(next.Signals) > MaxSignalsPerRun:
+	case pending(next.Signals) > transition.MaxSignalsPerRun:
 		return fmt.Errorf("%d signals pending", pending(next.Signals))
 	case old.Status.Terminal() && next.Status != old.Status && !redriven(old, ev):
 		return fmt.Errorf("an ended run (%s) became %s", old.Status, next.Status)
@@ -262,9 +272,9 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a redrive after the step before started children: %t; the run is %s", startedChildren(old, ev), next.Status)
 	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind != checkpoint.WaitChildren && next.Wait.Deadline.IsZero():
 		return fmt.Errorf("a %s wait without a deadline: nothing will end it", next.Wait.Kind)
-	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitChildren && old.Status != checkpoint.StatusWaiting && !has[StartChildren](r.Commands):
+	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitChildren && old.Status != checkpoint.StatusWaiting && !has[transition.StartChildren](r.Commands):
 		return errors.New("a run waits for children nobody starts")
-	case next.Status == checkpoint.StatusRunning && old.Status != checkpoint.StatusRunning && !publishes(r.Commands, false) && !has[PublishFanOut](r.Commands):
+	case next.Status == checkpoint.StatusRunning && old.Status != checkpoint.StatusRunning && !publishes(r.Commands, false) && !has[transition.PublishFanOut](r.Commands):
 		return fmt.Errorf("a %s run set running with nothing published: stuck", old.Status)
 	case next.Status != checkpoint.StatusWaiting && next.Wait != nil:
 		return fmt.Errorf("a %s run keeps a wait", next.Status)
@@ -274,7 +284,7 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 		return fmt.Errorf("a %s run took a signal (only a dead one keeps them, for a redrive)", old.Status)
 	case heldTwice(next.Signals) != "":
 		return fmt.Errorf("signal id %s held twice", heldTwice(next.Signals))
-	case next.Refusals > MaxRefusals:
+	case next.Refusals > transition.MaxRefusals:
 		return fmt.Errorf("%d refusals kept", next.Refusals)
 	}
 	resumed := old.Status == checkpoint.StatusWaiting && next.Status == checkpoint.StatusRunning
@@ -292,7 +302,7 @@ func (w *world) check(old checkpoint.Run, ev Event, r Result) error {
 	case resumed != r.Resumed:
 		return fmt.Errorf("Resumed says %t of a run that went from %s to %s", r.Resumed, old.Status, next.Status)
 	case resumed && !resumedBy(old, next, ev):
-		return fmt.Errorf("a resume without what it waited for (%s)", waitWhat(old.Wait))
+		return fmt.Errorf("a resume without what it waited for (%s)", old.Wait.Kind)
 	case resumed && !publishes(r.Commands, false):
 		return errors.New("a run resumed with no step published: stuck")
 	case next.Status == checkpoint.StatusCancelled && old.Status != checkpoint.StatusCancelled && len(r.Commands) != 3:
@@ -331,16 +341,16 @@ func heldTwice(signals []checkpoint.Signal) string {
 // resumedBy says whether the resume of old into next brought what old
 // waited for: a decision on the parked step, or a pending signal of the
 // awaited name.
-func resumedBy(old, next checkpoint.Run, ev Event) bool {
+func resumedBy(old, next checkpoint.Run, ev transition.Event) bool {
 	switch ev.(type) {
-	case Decide:
+	case transition.Decide:
 		return old.Wait.IsApproval() && len(next.Approvals) == len(old.Approvals)+1 && next.Approvals[len(old.Approvals)].Step == old.Wait.Step
-	case Signal:
+	case transition.Signal:
 		last := next.Signals[len(next.Signals)-1]
 		return old.Wait.Kind == checkpoint.WaitSignal && len(next.Signals) == len(old.Signals)+1 && last.Name == old.Wait.Name && last.Pending()
-	case ChildrenEnded:
+	case transition.ChildrenEnded:
 		return old.Wait.Kind == checkpoint.WaitChildren
-	case Expire:
+	case transition.Expire:
 		switch old.Wait.Kind {
 		case checkpoint.WaitTimer:
 			return true
@@ -357,11 +367,11 @@ func resumedBy(old, next checkpoint.Run, ev Event) bool {
 // checkExpiry holds the invariants of the scheduler's expiry: it acts
 // only on a wait whose deadline passed, and a wait it keeps (escalated,
 // reminded) is due again later, at the time it reports for the index.
-func (w *world) checkExpiry(old checkpoint.Run, ev Event, r Result) error {
-	_, isExpire := ev.(Expire)
+func (w *world) checkExpiry(old checkpoint.Run, ev transition.Event, r transition.Result) error {
+	_, isExpire := ev.(transition.Expire)
 	next := r.Run
 	switch {
-	case !isExpire && r.Expiry != (Expiry{}):
+	case !isExpire && r.Expiry != (transition.Expiry{}):
 		return fmt.Errorf("a %T reports an expiry", ev)
 	case !isExpire:
 		return nil
@@ -387,16 +397,16 @@ func (w *world) checkExpiry(old checkpoint.Run, ev Event, r Result) error {
 // isFull: a refusal recorded past MaxRefusals, a signal the run holds
 // already, an expiry with nothing due and the end of children nobody
 // waits for change nothing, and are no error.
-func isFull(old checkpoint.Run, ev Event) bool {
+func isFull(old checkpoint.Run, ev transition.Event) bool {
 	switch e := ev.(type) {
-	case Refuse:
-		return old.Refusals >= MaxRefusals
-	case Expire: // nothing due (checkExpiry says when that is wrong)
+	case transition.Refuse:
+		return old.Refusals >= transition.MaxRefusals
+	case transition.Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
-	case ChildrenEnded: // not waiting for children
+	case transition.ChildrenEnded: // not waiting for children
 		return old.Status != checkpoint.StatusWaiting || old.Wait.Kind != checkpoint.WaitChildren
-	case Signal:
-		_, same, ok := Delivered(old, e.Signal.ID, e.Signal.Name, e.Signal.Data)
+	case transition.Signal:
+		_, same, ok := transition.Delivered(old, e.Signal.ID, e.Signal.Name, e.Signal.Data)
 		return ok && same
 	}
 	return false
@@ -405,7 +415,7 @@ func isFull(old checkpoint.Run, ev Event) bool {
 // publish checks a step message against what was published before: an
 // id is never presented for another step, and a best-effort republish
 // sends an id a stored change sent before (it owes, it does not mint).
-func (w *world) publish(p PublishStep, r Result) error {
+func (w *world) publish(p transition.PublishStep, r transition.Result) error {
 	step := fmt.Sprintf("%d %s", r.Run.Step, r.Run.StepName)
 	prev, seen := w.published[p.MsgID]
 	switch {
@@ -428,14 +438,14 @@ func (w *world) publish(p PublishStep, r Result) error {
 }
 
 // same says whether two results of one event are the same.
-func same(a, b Result) bool {
+func same(a, b transition.Result) bool {
 	return a.Store == b.Store && fmt.Sprint(a.Err) == fmt.Sprint(b.Err) &&
 		reflect.DeepEqual(a.Run, b.Run) && reflect.DeepEqual(a.Commands, b.Commands)
 }
 
-func publishes(cmds []Command, again bool) bool {
+func publishes(cmds []transition.Command, again bool) bool {
 	for _, c := range cmds {
-		if p, ok := c.(PublishStep); ok && p.Again == again {
+		if p, ok := c.(transition.PublishStep); ok && p.Again == again {
 			return true
 		}
 	}

@@ -1,4 +1,4 @@
-package transition
+package transition_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // The interleavings of issue 23 ("Races at the edges") that run through
@@ -20,7 +21,7 @@ func TestRaces(t *testing.T) {
 		for range 150 {
 			w.waitSignal("go")
 			w.now = w.now.Add(2 * time.Hour)
-			if r := w.must(Expire{}); r.Expiry.Action != ExpireSignal {
+			if r := w.must(transition.Expire{}); r.Expiry.Action != transition.ExpireSignal {
 				t.Fatalf("expiry did %q", r.Expiry.Action)
 			}
 			w.consume()
@@ -30,7 +31,7 @@ func TestRaces(t *testing.T) {
 		for range 2 {
 			w.waitSignal("go")
 			w.now = w.now.Add(2 * time.Hour)
-			w.must(Expire{})
+			w.must(transition.Expire{})
 		}
 		markers := 0
 		for _, sig := range w.run.Signals {
@@ -41,13 +42,13 @@ func TestRaces(t *testing.T) {
 		if markers != 1 {
 			t.Fatalf("%d expiry markers for one name", markers)
 		}
-		for i := range MaxSignalsPerRun {
-			w.must(Signal{Signal: checkpoint.Signal{Name: "other", ID: fmt.Sprint("o-", i), By: "bot"}})
+		for i := range transition.MaxSignalsPerRun {
+			w.must(transition.Signal{Signal: checkpoint.Signal{Name: "other", ID: fmt.Sprint("o-", i), By: "bot"}})
 		}
 		w.consume()
 		for i := range 150 {
 			w.waitSignal("go")
-			if r := w.must(Signal{Signal: checkpoint.Signal{Name: "go", ID: fmt.Sprint("go-", i), By: "bot"}}); !r.Resumed {
+			if r := w.must(transition.Signal{Signal: checkpoint.Signal{Name: "go", ID: fmt.Sprint("go-", i), By: "bot"}}); !r.Resumed {
 				t.Fatalf("signal %d did not resume the run", i)
 			}
 			w.consume()
@@ -58,14 +59,14 @@ func TestRaces(t *testing.T) {
 		w.moveOn()
 		cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: w.run.Step, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
 		w.startChildren()
-		first := w.must(ChildrenEnded{Count: 1}).Commands
+		first := w.must(transition.ChildrenEnded{Count: 1}).Commands
 		w.end(checkpoint.StatusDead)
-		if r := w.must(Redrive{By: "ops", Before: &cp}); r.Run.Status != checkpoint.StatusWaiting || !has[StartChildren](r.Commands) {
+		if r := w.must(transition.Redrive{By: "ops", Before: &cp}); r.Run.Status != checkpoint.StatusWaiting || !has[transition.StartChildren](r.Commands) {
 			t.Fatalf("redrive of a parent: %s, %v", r.Run.Status, r.Commands)
 		}
 		// The second resume is a new message (world.publish refuses an id
 		// minted twice): the stream would drop a repeat of the first.
-		second := w.must(ChildrenEnded{Count: 1}).Commands
+		second := w.must(transition.ChildrenEnded{Count: 1}).Commands
 		if fmt.Sprint(first) == fmt.Sprint(second) {
 			t.Fatalf("both resumes are %v", first)
 		}
@@ -74,23 +75,23 @@ func TestRaces(t *testing.T) {
 		w := script(t)
 		w.sleep()
 		w.now = w.now.Add(2 * time.Hour)
-		w.must(Expire{})
+		w.must(transition.Expire{})
 		w.end(checkpoint.StatusDead)
-		w.must(Redrive{By: "ops"})
+		w.must(transition.Redrive{By: "ops"})
 		w.sleep()
 		w.now = w.now.Add(2 * time.Hour)
-		w.must(Expire{})
+		w.must(transition.Expire{})
 	})
 	t.Run("a late decision after a signal resumed the step (model seed 98)", func(t *testing.T) {
 		w := script(t)
 		w.park()
-		w.must(Decide{By: "ann"})
+		w.must(transition.Decide{By: "ann"})
 		w.waitSignal("go")
-		w.must(Signal{Signal: checkpoint.Signal{Name: "go", ID: "g1", By: "bot"}})
+		w.must(transition.Signal{Signal: checkpoint.Signal{Name: "go", ID: "g1", By: "bot"}})
 		// The same decision again, as a retried request: refused, and
 		// it publishes nothing new (world.publish refuses a republish of
 		// an id that is not the newest).
-		if r := Apply(w.run, Decide{By: "ann"}, w.now); r.Err == nil || len(r.Commands) != 0 {
+		if r := transition.Apply(w.run, transition.Decide{By: "ann"}, w.now); r.Err == nil || len(r.Commands) != 0 {
 			t.Fatalf("late decision: %v, %v", r.Err, r.Commands)
 		}
 	})
@@ -102,7 +103,7 @@ func script(t *testing.T) *scripted {
 	return &scripted{t: t, world: &world{
 		run:       checkpoint.Run{ID: "r-" + t.Name(), Workflow: "claim", Status: checkpoint.StatusRunning, Step: 1, StepName: "s1", Rev: 1},
 		published: map[string]string{},
-		reminders: map[string]Reminder{},
+		reminders: map[string]transition.Reminder{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
 	}}
 }
@@ -114,10 +115,10 @@ type scripted struct {
 
 // must applies ev, which must pass the invariants, be accepted and store
 // a change.
-func (s *scripted) must(ev Event) Result {
+func (s *scripted) must(ev transition.Event) transition.Result {
 	s.t.Helper()
 	s.now = s.now.Add(time.Second)
-	r := Apply(s.run, ev, s.now)
+	r := transition.Apply(s.run, ev, s.now)
 	if err := s.apply(ev); err != nil {
 		s.t.Fatalf("%T: %v", ev, err)
 	}
