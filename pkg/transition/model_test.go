@@ -1,6 +1,8 @@
 package transition_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,13 +68,17 @@ func runSequence(seed uint64) error {
 		if rng.IntN(6) == 0 { // past the deadlines (an hour), or near one
 			w.now = w.now.Add(pick(rng, time.Hour, time.Hour-time.Second, 2*time.Hour))
 		}
+		var err error
 		if rng.IntN(3) == 0 {
-			trail = append(trail, w.outside(rng))
-			continue
+			var said string
+			said, err = w.outside(rng)
+			trail = append(trail, said)
+		} else {
+			ev := event(rng, w.run)
+			trail = append(trail, ev)
+			err = w.apply(ev)
 		}
-		ev := event(rng, w.run)
-		trail = append(trail, ev)
-		if err := w.apply(ev); err != nil {
+		if err != nil {
 			var said []string
 			for _, e := range trail {
 				if s, ok := e.(string); ok {
@@ -88,55 +94,74 @@ func runSequence(seed uint64) error {
 }
 
 // outside changes the run as the rest of the world does (the worker, the
-// scheduler), between events.
-func (w *world) outside(rng *rand.Rand) string {
-	said, changed := worker(rng, &w.run, w.now, time.Hour)
+// scheduler), between events: the worker's events through Apply, with
+// the invariants checked, its other changes as they are.
+func (w *world) outside(rng *rand.Rand) (string, error) {
+	said, ev, changed := worker(rng, &w.run, w.now, time.Hour)
+	if ev != nil {
+		return fmt.Sprintf("%s: %T%+v", said, ev, ev), w.apply(ev)
+	}
 	if changed {
 		w.run.Rev++
 		w.last = ""
 	}
-	return said
+	return said, nil
+}
+
+// The payloads a step asks approval for, and their hashes.
+var (
+	payloads = []string{`{"amount":10}`, `{"amount":20}`}
+	hashes   = []string{sha256Hex(payloads[0]), sha256Hex(payloads[1])}
+)
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 // worker changes run as a worker's step does at now: parks it at an
 // approval, waits for a signal, sleeps, moves on, starts children or
-// ends it; waits last ttl. Only a running step changes the run: a
-// waiting or ended one is changed by events. It says what it did, and
-// whether it changed anything.
-func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration) (string, bool) {
+// ends it; waits last ttl. A park, a wait for a signal and a death are
+// the worker's events, returned for the caller to apply; the rest it
+// changes in run. Only a running step changes the run: a waiting or
+// ended one is changed by events. It says what it did, and whether it
+// changed run.
+func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration) (string, transition.Event, bool) {
 	if r.Status.Terminal() {
-		return "nothing (ended)", false
+		return "nothing (ended)", nil, false
 	}
 	if r.Status != checkpoint.StatusRunning {
-		return "nothing (waiting)", false
+		return "nothing (waiting)", nil, false
+	}
+	switch rng.IntN(5) {
+	case 4:
+		return "waits for a signal", transition.ParkForSignal{Step: r.Step, Name: pick(rng, "go", "stop"), TTL: ttl}, false
+	case 0:
+		return "parks at an approval", transition.ParkForApproval{Step: pick(rng, r.Step, r.Step, r.Step-1), Payload: []byte(pick(rng, payloads...)),
+			Group: pick(rng, "adjusters", "finance"), OnExpiry: pick(rng, "", "reject", "escalate", "remind"),
+			EscalateTo: pick(rng, "", "managers"), Reminders: pick(rng, 0, 1, 2), TTL: ttl}, false
 	}
 	r.UpdatedAt = now
-	switch rng.IntN(5) {
-	case 4: // a step waits for a signal
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: pick(rng, "go", "stop"),
-			Step: r.Step, StepName: r.StepName, Since: now, Deadline: now.Add(ttl)}
-		return "waits for a signal", true
-	case 0: // a step parks at an approval
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName,
-			PayloadSHA256: pick(rng, "h1", "h2"), Group: pick(rng, "adjusters", "finance"), Since: now, Deadline: now.Add(ttl),
-			OnExpiry: pick(rng, "", "reject", "escalate", "remind"), EscalateTo: pick(rng, "", "managers"), Reminders: pick(rng, 0, 1, 2)}
-		return "parked at an approval", true
-	case 1: // a step sleeps: the run waits at the step after it
+	switch rng.IntN(3) {
+	case 0: // a step sleeps: the run waits at the step after it
 		r.Step++
 		r.StepName = fmt.Sprint("s", r.Step)
 		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: now, Deadline: now.Add(ttl)}
-		return "sleeps", true
-	case 2: // a step commits and the next runs
+		return "sleeps", nil, true
+	case 1: // a step commits and the next runs
 		r.Step++
 		r.StepName = fmt.Sprint("s", r.Step)
 		if rng.IntN(3) == 0 { // the step started child runs: the next waits for them
 			r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: now}
-			return "started children", true
+			return "started children", nil, true
 		}
-		return "moved on", true
+		return "moved on", nil, true
 	}
-	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed, checkpoint.StatusDead)
-	return "ended", true
+	if rng.IntN(3) == 0 {
+		return "dies", transition.Die{Reason: "step failed 3 times"}, false
+	}
+	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed)
+	return "ended", nil, true
 }
 
 // event is a random event of the callers of Apply, often one that fits
@@ -172,7 +197,7 @@ func event(rng *rand.Rand, run checkpoint.Run) transition.Event {
 		step = run.Wait.Step
 	}
 	d.Step = pick(rng, 0, step, step+1)
-	d.PayloadSHA256 = pick(rng, "", "h1", "h2")
+	d.PayloadSHA256 = pick(rng, "", hashes[0], hashes[1])
 	d.Groups = pick(rng, nil, []string{"adjusters"}, []string{"finance", "adjusters"}, []string{"finance"})
 	d.FourEyes = rng.IntN(2) == 0
 	return d
@@ -272,6 +297,16 @@ func (w *world) check(old checkpoint.Run, ev transition.Event, r transition.Resu
 		return fmt.Errorf("a redrive after the step before started children: %t; the run is %s", startedChildren(old, ev), next.Status)
 	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind != checkpoint.WaitChildren && next.Wait.Deadline.IsZero():
 		return fmt.Errorf("a %s wait without a deadline: nothing will end it", next.Wait.Kind)
+	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind != checkpoint.WaitChildren && old.Status != checkpoint.StatusWaiting &&
+		!slices.Contains(r.Commands, transition.Command(transition.IndexDue{At: next.Wait.Deadline})):
+		return fmt.Errorf("a new %s wait whose deadline is not indexed: %v", next.Wait.Kind, r.Commands)
+	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitSignal && pendingOf(next.Signals, next.Wait.Name) != "":
+		return fmt.Errorf("waits for signal %s while %s of that name is pending: stuck, or a stale expiry read as new", next.Wait.Name, pendingOf(next.Signals, next.Wait.Name))
+	case next.Status == checkpoint.StatusWaiting && old.Status == checkpoint.StatusRunning && next.Wait.Kind != checkpoint.WaitChildren && next.Wait.Step != old.Step:
+		return fmt.Errorf("a wait at step %d of a run running step %d", next.Wait.Step, old.Step)
+	case next.Status == checkpoint.StatusDead && old.Status != checkpoint.StatusDead &&
+		(!has[transition.DeadLetter](r.Commands) || !has[transition.NotifyParent](r.Commands)):
+		return fmt.Errorf("a death without its dead letter or the parent's notice: %v", r.Commands)
 	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitChildren && old.Status != checkpoint.StatusWaiting && !has[transition.StartChildren](r.Commands):
 		return errors.New("a run waits for children nobody starts")
 	case next.Status == checkpoint.StatusRunning && old.Status != checkpoint.StatusRunning && !publishes(r.Commands, false) && !has[transition.PublishFanOut](r.Commands):
@@ -320,6 +355,17 @@ func pending(signals []checkpoint.Signal) int {
 		}
 	}
 	return n
+}
+
+// pendingOf is the id of a pending signal or expiry marker of name, if
+// any.
+func pendingOf(signals []checkpoint.Signal, name string) string {
+	for _, s := range signals {
+		if s.Pending() && s.Name == name {
+			return s.ID
+		}
+	}
+	return ""
 }
 
 // heldTwice is an id two signals of the run hold, if any (expiry

@@ -60,7 +60,7 @@ func TestRaces(t *testing.T) {
 		cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: w.run.Step, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
 		w.startChildren()
 		first := w.must(transition.ChildrenEnded{Count: 1}).Commands
-		w.end(checkpoint.StatusDead)
+		w.die()
 		if r := w.must(transition.Redrive{By: "ops", Before: &cp}); r.Run.Status != checkpoint.StatusWaiting || !has[transition.StartChildren](r.Commands) {
 			t.Fatalf("redrive of a parent: %s, %v", r.Run.Status, r.Commands)
 		}
@@ -76,7 +76,7 @@ func TestRaces(t *testing.T) {
 		w.sleep()
 		w.now = w.now.Add(2 * time.Hour)
 		w.must(transition.Expire{})
-		w.end(checkpoint.StatusDead)
+		w.die()
 		w.must(transition.Redrive{By: "ops"})
 		w.sleep()
 		w.now = w.now.Add(2 * time.Hour)
@@ -138,15 +138,13 @@ func (s *scripted) worker(change func(r *checkpoint.Run)) {
 }
 
 func (s *scripted) waitSignal(name string) {
-	s.worker(func(r *checkpoint.Run) {
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitSignal, Name: name, Step: r.Step, StepName: r.StepName, Since: s.now, Deadline: s.now.Add(time.Hour)}
-	})
+	s.t.Helper()
+	s.must(transition.ParkForSignal{Step: s.run.Step, Name: name, TTL: time.Hour})
 }
 
 func (s *scripted) park() {
-	s.worker(func(r *checkpoint.Run) {
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitApproval, Step: r.Step, StepName: r.StepName, PayloadSHA256: "h1", Group: "adjusters", Since: s.now, Deadline: s.now.Add(time.Hour)}
-	})
+	s.t.Helper()
+	s.must(transition.ParkForApproval{Step: s.run.Step, Payload: []byte(payloads[0]), Group: "adjusters", TTL: time.Hour})
 }
 
 func (s *scripted) sleep() {
@@ -170,8 +168,9 @@ func (s *scripted) startChildren() {
 	})
 }
 
-func (s *scripted) end(status checkpoint.Status) {
-	s.worker(func(r *checkpoint.Run) { r.Status, r.Wait = status, nil })
+func (s *scripted) die() {
+	s.t.Helper()
+	s.must(transition.Die{Reason: "failed"})
 }
 
 // consume: the step at the cursor commits having read every pending

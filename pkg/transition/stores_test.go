@@ -86,9 +86,18 @@ func runOnStore(ctx context.Context, f *testfleet.Fleet, wire *wire, seed uint64
 		}
 		if rng.IntN(3) == 0 {
 			next := before
-			ttl := pick(rng, time.Duration(0), time.Hour) // due at once, or not
-			said, changed := worker(rng, &next, time.Now().UTC(), ttl)
+			ttl := pick(rng, time.Nanosecond, time.Hour) // due at once, or not
+			said, ev, changed := worker(rng, &next, time.Now().UTC(), ttl)
 			trail = append(trail, said)
+			if ev != nil { // as the worker stores its events
+				r := transition.Apply(before, ev, time.Now())
+				if r.Store {
+					if _, err := f.Store.UpdateRun(ctx, r.Run); err != nil {
+						return events, fmt.Errorf("the worker's %T: %w", ev, err)
+					}
+				}
+				continue
+			}
 			if changed {
 				if _, err := f.Store.UpdateRun(ctx, next); err != nil {
 					return events, fmt.Errorf("the worker's change: %w", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 const (
@@ -361,53 +362,58 @@ func (w *Worker) park(ctx context.Context, d *delivery, run checkpoint.Run, res 
 		w.deadLetter(ctx, d, run, fmt.Sprintf("approval payload does not encode: %v", err))
 		return
 	}
-	ttl := req.TTL
-	if ttl <= 0 {
-		ttl = 72 * time.Hour
-	}
-	now := time.Now().UTC()
-	onExpiry := req.OnExpiry
-	if onExpiry == "" {
-		onExpiry = steps.ExpireReject
-	}
-	next := run
-	next.Status = checkpoint.StatusWaiting
-	next.UpdatedAt = now
-	kind, reason := checkpoint.AuditParked, ""
-	if prior := approvalsFor(run, d.m.Step); len(prior) > 0 {
-		// Resumed by a decision on another payload: the facts changed.
-		kind = checkpoint.AuditReparked
-		reason = "the payload changed since the decision of " + prior[len(prior)-1].By + " on " + prior[len(prior)-1].PayloadSHA256
-	}
-	next.Audit = append(append([]checkpoint.AuditEntry(nil), run.Audit...), checkpoint.AuditEntry{
-		Kind: kind, Step: d.m.Step, At: now, Group: req.Group, PayloadSHA256: steps.SHA256Hex(payload), Reason: reason,
-	})
-	next.Wait = &checkpoint.Wait{
-		Step: d.m.Step, StepName: run.StepName, Payload: payload,
-		PayloadSHA256: steps.SHA256Hex(payload), Group: req.Group,
-		Since: now, Deadline: now.Add(ttl), OnExpiry: onExpiry,
-		EscalateTo: req.EscalateTo, Reminders: req.Reminders,
-	}
-	stored, err := w.cfg.Store.UpdateRun(ctx, next)
-	if err != nil {
-		if errors.Is(err, checkpoint.ErrConflict) {
-			w.c.lost.Add(1)
-			w.afterLostCommit(ctx, d)
-			return
-		}
-		w.retryTransient(d, "park", err)
+	r := transition.Apply(run, transition.ParkForApproval{Step: d.m.Step, Payload: payload, Group: req.Group, EscalateTo: req.EscalateTo,
+		OnExpiry: req.OnExpiry, Reminders: req.Reminders, TTL: req.TTL}, time.Now())
+	if !w.storeChange(ctx, d, "park", r) {
 		return
 	}
-	w.statusChanged(ctx, stored)
-	// The deadline index is a separate write (a global key); if it is lost
-	// the scheduler's repair pass finds the waiting run and indexes it.
-	if err := w.cfg.Store.IndexDue(ctx, run.ID, next.Wait.Deadline); err != nil {
-		d.log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
-	}
 	w.c.parked.Add(1)
-	d.log.Info().Str("group", req.Group).Str("payload_sha256", next.Wait.PayloadSHA256).Time("deadline", next.Wait.Deadline).Msg("run parked for approval")
+	d.log.Info().Str("group", req.Group).Str("payload_sha256", r.Run.Wait.PayloadSHA256).Time("deadline", r.Run.Wait.Deadline).Msg("run parked for approval")
 	w.ack(d)
 	w.done(run.Workflow, run.StepName, "parked", d)
+}
+
+// storeChange stores what a worker's event did to the run (r, applied to
+// the run as the delivery read it) and carries out its commands but a
+// dead letter. A refused event, or a run changed since it was read (the
+// store's compare-and-set), is handled as a commit that lost; a store
+// error releases the delivery. It reports whether the change is stored.
+func (w *Worker) storeChange(ctx context.Context, d *delivery, op string, r transition.Result) bool {
+	if r.Err != nil {
+		d.log.Debug().Err(r.Err).Str("op", op).Msg("the run changed since it was read")
+		w.c.lost.Add(1)
+		w.afterLostCommit(ctx, d)
+		return false
+	}
+	stored, err := w.cfg.Store.UpdateRun(ctx, r.Run)
+	if errors.Is(err, checkpoint.ErrConflict) {
+		w.c.lost.Add(1)
+		w.afterLostCommit(ctx, d)
+		return false
+	}
+	if err != nil {
+		w.retryTransient(d, op, err)
+		return false
+	}
+	for _, cmd := range r.Commands {
+		switch cmd := cmd.(type) {
+		case transition.PublishStatus:
+			w.statusChanged(ctx, stored)
+		case transition.IndexDue:
+			// The deadline index is a separate write (a global key); if
+			// it is lost the scheduler's repair pass finds the waiting
+			// run and indexes it.
+			if err := w.cfg.Store.IndexDue(ctx, stored.ID, cmd.At); err != nil {
+				d.log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
+			}
+		case transition.NotifyParent, transition.DeadLetter:
+			// statusChanged tells the parent; the caller publishes the
+			// dead letter, then acks.
+		default:
+			d.log.Error().Str("command", fmt.Sprintf("%T", cmd)).Msg("no way to carry out a command of the run's change")
+		}
+	}
+	return true
 }
 
 // stepFailed applies the step's retry policy to an error from its body.
@@ -475,10 +481,12 @@ func (w *Worker) deadLetter(ctx context.Context, d *delivery, run checkpoint.Run
 		w.branchFailed(ctx, d, run, reason)
 		return
 	}
-	next := run
-	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, reason, time.Now().UTC()
-	next.Wait = nil
-	stored, err := w.cfg.Store.UpdateRun(ctx, next)
+	r := transition.Apply(run, transition.Die{Reason: reason}, time.Now())
+	if r.Err != nil {
+		w.afterLostCommit(ctx, d)
+		return
+	}
+	stored, err := w.cfg.Store.UpdateRun(ctx, r.Run)
 	if errors.Is(err, checkpoint.ErrConflict) {
 		w.afterLostCommit(ctx, d)
 		return
