@@ -141,27 +141,33 @@ func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration)
 			Group: pick(rng, "adjusters", "finance"), OnExpiry: pick(rng, "", "reject", "escalate", "remind"),
 			EscalateTo: pick(rng, "", "managers"), Reminders: pick(rng, 0, 1, 2), TTL: ttl}, false
 	}
-	r.UpdatedAt = now
-	switch rng.IntN(3) {
-	case 0: // a step sleeps: the run waits at the step after it
-		r.Step++
-		r.StepName = fmt.Sprint("s", r.Step)
-		r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: r.Step, StepName: r.StepName, Since: now, Deadline: now.Add(ttl)}
-		return "sleeps", nil, true
-	case 1: // a step commits and the next runs
-		r.Step++
-		r.StepName = fmt.Sprint("s", r.Step)
-		if rng.IntN(3) == 0 { // the step started child runs: the next waits for them
-			r.Status, r.Wait = checkpoint.StatusWaiting, &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: r.Step, StepName: r.StepName, Since: now}
-			return "started children", nil, true
+	// The step commits: its checkpoint, sometimes of an earlier
+	// generation or step (a delivery that ran late).
+	cp := checkpoint.Checkpoint{RunID: r.ID, Step: r.Step, Gen: r.Resumes, At: now, Next: fmt.Sprint("s", r.Step+1), Status: checkpoint.StatusRunning, Spend: 0.5}
+	if rng.IntN(8) == 0 {
+		cp.Gen, cp.Step = pick(rng, cp.Gen-1, cp.Gen), pick(rng, cp.Step, cp.Step-1)
+	}
+	if rng.IntN(2) == 0 { // the step read every pending signal
+		for _, sig := range r.Signals {
+			if sig.Pending() {
+				cp.Signals = append(cp.Signals, sig.ID)
+			}
 		}
-		return "moved on", nil, true
 	}
-	if rng.IntN(3) == 0 {
-		return "dies", transition.Die{Reason: "step failed 3 times"}, false
+	said := "moves on"
+	switch rng.IntN(5) {
+	case 0: // a step sleeps: the run waits at the step after it
+		cp.Status, cp.WakeAt, said = checkpoint.StatusWaiting, now.Add(ttl), "sleeps"
+	case 1: // the step started child runs: the next waits for them
+		cp.Status, cp.Children, said = checkpoint.StatusWaiting, []checkpoint.Child{{ID: r.ID + "-c", Workflow: "w"}}, "starts children"
+	case 2:
+		cp.Status, cp.Next, said = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed), "", "ends"
+	case 3:
+		if rng.IntN(2) == 0 {
+			return "dies", transition.Die{Reason: "step failed 3 times"}, false
+		}
 	}
-	r.Status = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed)
-	return "ended", nil, true
+	return said, transition.Commit{Checkpoint: cp}, false
 }
 
 // event is a random event of the callers of Apply, often one that fits
@@ -291,6 +297,14 @@ func (w *world) check(old checkpoint.Run, ev transition.Event, r transition.Resu
 		return fmt.Errorf("an ended run (%s) became %s", old.Status, next.Status)
 	case redriven(old, ev) != (next.Redrives == old.Redrives+1) || (!redriven(old, ev) && next.Redrives != old.Redrives):
 		return fmt.Errorf("redrives went from %d to %d on a %T of a %s run", old.Redrives, next.Redrives, ev, old.Status)
+	case next.Step < old.Step:
+		return fmt.Errorf("the cursor went back from step %d to %d", old.Step, next.Step)
+	case isCommit(ev) && !(next.Steps == old.Steps+1 && (next.Step == old.Step+1 || next.Status.Terminal() && next.Step == old.Step)):
+		return fmt.Errorf("a commit moved the cursor from %d to %d (%s), the count from %d to %d", old.Step, next.Step, next.Status, old.Steps, next.Steps)
+	case isCommit(ev) && pendingAmong(next.Signals, ev.(transition.Commit).Checkpoint.Signals):
+		return errors.New("a signal the committed step read is still pending")
+	case isCommit(ev) && (old.Status != checkpoint.StatusRunning || ev.(transition.Commit).Checkpoint.Gen != old.Resumes):
+		return fmt.Errorf("a checkpoint of generation %d committed on a %s run of generation %d", ev.(transition.Commit).Checkpoint.Gen, old.Status, old.Resumes)
 	case redriven(old, ev) && next.Resumes != old.Resumes:
 		return errors.New("a redrive moved the resumes")
 	case redriven(old, ev) && startedChildren(old, ev) != (next.Status == checkpoint.StatusWaiting):
@@ -302,7 +316,9 @@ func (w *world) check(old checkpoint.Run, ev transition.Event, r transition.Resu
 		return fmt.Errorf("a new %s wait whose deadline is not indexed: %v", next.Wait.Kind, r.Commands)
 	case next.Status == checkpoint.StatusWaiting && next.Wait.Kind == checkpoint.WaitSignal && pendingOf(next.Signals, next.Wait.Name) != "":
 		return fmt.Errorf("waits for signal %s while %s of that name is pending: stuck, or a stale expiry read as new", next.Wait.Name, pendingOf(next.Signals, next.Wait.Name))
-	case next.Status == checkpoint.StatusWaiting && old.Status == checkpoint.StatusRunning && next.Wait.Kind != checkpoint.WaitChildren && next.Wait.Step != old.Step:
+	case next.Status == checkpoint.StatusWaiting && old.Status == checkpoint.StatusRunning && next.Wait.Step != next.Step:
+		return fmt.Errorf("a wait at step %d of a run at step %d", next.Wait.Step, next.Step)
+	case next.Status == checkpoint.StatusWaiting && old.Status == checkpoint.StatusRunning && !isCommit(ev) && next.Wait.Step != old.Step:
 		return fmt.Errorf("a wait at step %d of a run running step %d", next.Wait.Step, old.Step)
 	case next.Status == checkpoint.StatusDead && old.Status != checkpoint.StatusDead &&
 		(!has[transition.DeadLetter](r.Commands) || !has[transition.NotifyParent](r.Commands)):
@@ -355,6 +371,21 @@ func pending(signals []checkpoint.Signal) int {
 		}
 	}
 	return n
+}
+
+func isCommit(ev transition.Event) bool {
+	_, ok := ev.(transition.Commit)
+	return ok
+}
+
+// pendingAmong says whether a signal of ids is pending.
+func pendingAmong(signals []checkpoint.Signal, ids []string) bool {
+	for _, s := range signals {
+		if s.Pending() && slices.Contains(ids, s.ID) {
+			return true
+		}
+	}
+	return false
 }
 
 // pendingOf is the id of a pending signal or expiry marker of name, if

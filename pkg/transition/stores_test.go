@@ -32,9 +32,10 @@ const storeSequences = 150
 // name, each carrying the stored step, and no message id is ever
 // presented for two different steps.
 //
-// ChildrenEnded is left out: pkg/client builds it from the children a
-// checkpoint lists, and this world writes no checkpoints. A Redrive's
-// checkpoint before is read from the store (none here).
+// The worker's commits go through Store.Commit with their checkpoints,
+// so a redrive finds the checkpoint before its step as the client does.
+// ChildrenEnded is left out: the children a checkpoint lists are never
+// started here.
 func TestModelOnStores(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real stores")
@@ -91,10 +92,16 @@ func runOnStore(ctx context.Context, f *testfleet.Fleet, wire *wire, seed uint64
 			trail = append(trail, said)
 			if ev != nil { // as the worker stores its events
 				r := transition.Apply(before, ev, time.Now())
-				if r.Store {
-					if _, err := f.Store.UpdateRun(ctx, r.Run); err != nil {
-						return events, fmt.Errorf("the worker's %T: %w", ev, err)
-					}
+				if !r.Store {
+					continue
+				}
+				if c, ok := ev.(transition.Commit); ok {
+					_, err = f.Store.Commit(ctx, r.Run, c.Checkpoint)
+				} else {
+					_, err = f.Store.UpdateRun(ctx, r.Run)
+				}
+				if err != nil {
+					return events, fmt.Errorf("the worker's %T: %w", ev, err)
 				}
 				continue
 			}
@@ -109,8 +116,11 @@ func runOnStore(ctx context.Context, f *testfleet.Fleet, wire *wire, seed uint64
 		if _, ok := ev.(transition.ChildrenEnded); ok {
 			continue
 		}
-		if rd, ok := ev.(transition.Redrive); ok {
+		if rd, ok := ev.(transition.Redrive); ok { // the client reads the checkpoint before
 			rd.Before = nil
+			if cp, err := f.Store.Checkpoint(ctx, id, before.Step-1); err == nil {
+				rd.Before = &cp
+			}
 			ev = rd
 		}
 		trail = append(trail, fmt.Sprintf("%T%+v", ev, ev))

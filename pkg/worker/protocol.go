@@ -84,43 +84,20 @@ func (w *Worker) rollForward(ctx context.Context, id string, cp checkpoint.Check
 		if err != nil {
 			return run, err
 		}
-		if run.Status != checkpoint.StatusRunning || run.Step != cp.Step || run.Resumes != cp.Gen {
+		r := transition.Apply(run, transition.Commit{Checkpoint: cp}, time.Now())
+		if r.Err != nil {
 			return run, nil // it moved on meanwhile (or parked and was decided since)
 		}
-		next := run
-		next.UpdatedAt = time.Now().UTC()
-		// What the commit would have added: the step and its spend.
-		next.Steps = run.Steps + 1
-		next.Spend = run.Spend + cp.Spend
-		next.ConsumeSignals(cp.Step, cp.Signals)
-		switch cp.Status {
-		case checkpoint.StatusRunning:
-			next.Step, next.StepName = cp.Step+1, cp.Next
-		case checkpoint.StatusWaiting:
-			next.Step, next.StepName, next.Status = cp.Step+1, cp.Next, checkpoint.StatusWaiting
-			next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At, Deadline: cp.WakeAt}
-			if len(cp.Children) > 0 {
-				next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: cp.Step + 1, StepName: cp.Next, Since: cp.At}
-			}
-		default:
-			next.Status, next.Error = cp.Status, cp.Error
-		}
-		stored, err := w.cfg.Store.UpdateRun(ctx, next)
+		stored, err := w.cfg.Store.UpdateRun(ctx, r.Run)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			continue
 		}
 		if err != nil {
 			return stored, err
 		}
-		zerolog.Ctx(ctx).Warn().Msg("run record rolled forward to its committed checkpoint")
-		if stored.Status != checkpoint.StatusRunning {
-			w.statusChanged(ctx, stored)
-		}
-		if stored.Wait != nil && stored.Wait.Kind == checkpoint.WaitTimer {
-			if err := w.cfg.Store.IndexDue(ctx, stored.ID, stored.Wait.Deadline); err != nil {
-				zerolog.Ctx(ctx).Warn().Err(err).Msg("timer not indexed; the scheduler will repair it")
-			}
-		}
+		log := zerolog.Ctx(ctx)
+		log.Warn().Msg("run record rolled forward to its committed checkpoint")
+		w.carryOut(ctx, *log, stored, r.Commands)
 		return stored, nil
 	}
 }
@@ -395,25 +372,31 @@ func (w *Worker) storeChange(ctx context.Context, d *delivery, op string, r tran
 		w.retryTransient(d, op, err)
 		return false
 	}
-	for _, cmd := range r.Commands {
+	w.carryOut(ctx, d.log, stored, r.Commands)
+	return true
+}
+
+// carryOut carries out the commands of a stored change of the run the
+// worker makes. What follows on the step stream (the next step, the
+// branches, the children) is the step protocol's (continueAfter), and a
+// dead letter is published by deadLetter before the ack.
+func (w *Worker) carryOut(ctx context.Context, log zerolog.Logger, stored checkpoint.Run, cmds []transition.Command) {
+	for _, cmd := range cmds {
 		switch cmd := cmd.(type) {
 		case transition.PublishStatus:
-			w.statusChanged(ctx, stored)
+			w.statusChanged(ctx, stored) // tells the parent too
 		case transition.IndexDue:
 			// The deadline index is a separate write (a global key); if
 			// it is lost the scheduler's repair pass finds the waiting
 			// run and indexes it.
 			if err := w.cfg.Store.IndexDue(ctx, stored.ID, cmd.At); err != nil {
-				d.log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
+				log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
 			}
-		case transition.NotifyParent, transition.DeadLetter:
-			// statusChanged tells the parent; the caller publishes the
-			// dead letter, then acks.
+		case transition.NotifyParent, transition.DeadLetter, transition.StartChildren:
 		default:
-			d.log.Error().Str("command", fmt.Sprintf("%T", cmd)).Msg("no way to carry out a command of the run's change")
+			log.Error().Str("command", fmt.Sprintf("%T", cmd)).Msg("no way to carry out a command of the run's change")
 		}
 	}
-	return true
 }
 
 // stepFailed applies the step's retry policy to an error from its body.

@@ -14,6 +14,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // step runs the step protocol for one delivery (DESIGN.md, "Step
@@ -228,7 +229,13 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snapshot, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Run, checkpoint.Checkpoint, bool) {
 	run := snap.Run
 	// 3. Commit checkpoint n first-writer-wins with the run record.
-	cp, next := toCommit(run, d, sctx, res, took)
+	cp, change := toCommit(run, d, sctx, res, took)
+	if change.Err != nil { // the run is not at this step (cannot be: it was loaded so)
+		w.c.lost.Add(1)
+		w.afterLostCommit(ctx, d)
+		return run, cp, false
+	}
+	next := change.Run
 	size := cp.Size()
 	warn, err := w.cfg.Budget.Check(run.ID, d.m.Step, size)
 	if err != nil {
@@ -251,74 +258,51 @@ func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snaps
 		w.retryTransient(d, "commit", err)
 		return committed, cp, false
 	}
-	if committed.Wait != nil && committed.Wait.Kind == checkpoint.WaitTimer {
-		if err := w.cfg.Store.IndexDue(ctx, run.ID, committed.Wait.Deadline); err != nil {
-			d.log.Warn().Err(err).Msg("timer not indexed; the scheduler will repair it")
-		}
-	}
 	w.c.committed.Add(1)
 	w.reportCommit(run, cp, size, snap.Previous)
-	if committed.Status != checkpoint.StatusRunning {
-		w.statusChanged(ctx, committed)
-	}
+	w.carryOut(ctx, d.log, committed, change.Commands)
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
 	w.at(ctx, AfterCheckpoint, d)
 	return committed, cp, true
 }
 
-// toCommit returns checkpoint n holding the step's result res, and the run
-// record to commit with it.
-func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Checkpoint, checkpoint.Run) {
+// toCommit returns checkpoint n holding the step's result res, and what
+// its commit does to the run (transition.Commit).
+func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Checkpoint, transition.Result) {
 	m := d.m
 	cp := checkpoint.Checkpoint{
 		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes,
 		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
 		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
 	}
-	next := run
-	next.UpdatedAt = cp.At
-	next.Steps = run.Steps + 1
 	cp.Spend = sctx.Spent()
-	next.Spend = run.Spend + cp.Spend
 	cp.Signals = sctx.ConsumedSignals()
 	sort.Strings(cp.Signals)
-	next.ConsumeSignals(m.Step, cp.Signals)
 	switch res.Kind {
 	case steps.KindNext:
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
-		next.Step, next.StepName = m.Step+1, res.Next
 	case steps.KindComplete:
 		cp.Status = checkpoint.StatusCompleted
-		next.Status = checkpoint.StatusCompleted
 	case steps.KindFail:
 		cp.Status, cp.Error = checkpoint.StatusFailed, res.Reason
-		next.Status, next.Error = checkpoint.StatusFailed, res.Reason
 	case steps.KindChildren:
-		if len(res.Children) == 0 {
-			// No child to wait for: the next step runs at once.
-			cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
-			next.Step, next.StepName = m.Step+1, res.Next
-			break
+		// With children, committed like a timer: the run waits at the
+		// next step, which its children resume once they have all ended
+		// (continueAfter starts them). Without, the next step runs at
+		// once.
+		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
+		if len(res.Children) > 0 {
+			cp.Status, cp.Children = checkpoint.StatusWaiting, res.Children
 		}
-		// Committed like a timer: the run waits at the next step, which
-		// its children resume once they have all ended (continueAfter
-		// starts them).
-		cp.Next, cp.Status, cp.Children = res.Next, checkpoint.StatusWaiting, res.Children
-		next.Step, next.StepName, next.Status = m.Step+1, res.Next, checkpoint.StatusWaiting
-		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitChildren, Step: m.Step + 1, StepName: res.Next, Since: cp.At}
 	case steps.KindFanOut:
 		// Committed like a step that goes on to the join; the branches
 		// run first (continueAfter publishes them).
 		cp.Next, cp.Status = res.Next, checkpoint.StatusRunning
 		cp.FanOut = &checkpoint.FanOut{Branches: res.Branches}
-		next.Step, next.StepName = m.Step+1, res.Next
 	case steps.KindSleep:
 		// Committed like a step that goes on, but the run waits for its
 		// timer instead of publishing the next step.
 		cp.Next, cp.Status, cp.WakeAt = res.Next, checkpoint.StatusWaiting, res.Until.UTC()
-		next.Step, next.StepName = m.Step+1, res.Next
-		next.Status = checkpoint.StatusWaiting
-		next.Wait = &checkpoint.Wait{Kind: checkpoint.WaitTimer, Step: m.Step + 1, StepName: res.Next, Since: cp.At, Deadline: res.Until.UTC()}
 	}
-	return cp, next
+	return cp, transition.Apply(run, transition.Commit{Checkpoint: cp}, cp.At)
 }

@@ -239,7 +239,10 @@ func (s *Store) settle(ctx context.Context, next checkpoint.Run, cp checkpoint.C
 // withCursor returns stored with the fields a commit of cp sets taken
 // from next: the cursor, the status and its wait or error, the step
 // counters, the signals the step consumed. What others record on a run
-// (approvals, audit, resumes, redrives, new signals) is kept.
+// (approvals, audit, resumes, redrives, new signals) is kept. The store
+// does not decide what a commit does to a run: next is the caller's
+// (the worker's transition.Commit), and this only carries its fields
+// onto the record as it is now.
 func withCursor(stored, next checkpoint.Run, cp checkpoint.Checkpoint) checkpoint.Run {
 	stored.Status, stored.Step, stored.StepName = next.Status, next.Step, next.StepName
 	stored.Wait, stored.Error = next.Wait, next.Error
