@@ -127,6 +127,16 @@ func sha256Hex(s string) string {
 // ended one is changed by events. It says what it did, and whether it
 // changed run.
 func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration) (string, transition.Event, bool) {
+	if r.Status == checkpoint.StatusDead && r.FailedBranch > 0 && rng.IntN(2) == 0 {
+		return "another delivery of the dead branch fails", transition.BranchDied{Mark: checkpoint.Checkpoint{RunID: r.ID, Step: r.Step,
+			Branch: r.FailedBranch, Redrives: r.Redrives, Status: checkpoint.StatusDead, Error: r.Error}}, false
+	}
+	if r.Status != checkpoint.StatusRunning && rng.IntN(4) == 0 {
+		// A delivery of a branch that read the run before it was
+		// cancelled, parked or ended fails for good now.
+		return "a late branch dies", transition.BranchDied{Mark: checkpoint.Checkpoint{RunID: r.ID, Step: r.Step,
+			Branch: 1 + rng.IntN(3), Redrives: r.Redrives, Status: checkpoint.StatusDead, Error: "branch failed"}}, false
+	}
 	if r.Status.Terminal() {
 		return "nothing (ended)", nil, false
 	}
@@ -163,8 +173,12 @@ func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration)
 	case 2:
 		cp.Status, cp.Next, said = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed), "", "ends"
 	case 3:
-		if rng.IntN(2) == 0 {
+		switch rng.IntN(3) {
+		case 0:
 			return "dies", transition.Die{Reason: "step failed 3 times"}, false
+		case 1: // a branch of the fan-out joined here, sometimes of before a redrive
+			return "a branch dies", transition.BranchDied{Mark: checkpoint.Checkpoint{RunID: r.ID, Step: pick(rng, r.Step, r.Step, r.Step-1),
+				Branch: 1 + rng.IntN(3), Redrives: pick(rng, r.Redrives, r.Redrives, r.Redrives-1), Status: checkpoint.StatusDead, Error: "branch failed"}}, false
 		}
 	}
 	return said, transition.Commit{Checkpoint: cp}, false
@@ -320,6 +334,8 @@ func (w *world) check(old checkpoint.Run, ev transition.Event, r transition.Resu
 		return fmt.Errorf("a wait at step %d of a run at step %d", next.Wait.Step, next.Step)
 	case next.Status == checkpoint.StatusWaiting && old.Status == checkpoint.StatusRunning && !isCommit(ev) && next.Wait.Step != old.Step:
 		return fmt.Errorf("a wait at step %d of a run running step %d", next.Wait.Step, old.Step)
+	case isBranchDeath(ev) && (old.Status != checkpoint.StatusRunning || old.Redrives != ev.(transition.BranchDied).Mark.Redrives || next.FailedBranch != ev.(transition.BranchDied).Mark.Branch):
+		return fmt.Errorf("a branch death of redrive %d on a %s run after %d redrives, failed branch %d", ev.(transition.BranchDied).Mark.Redrives, old.Status, old.Redrives, next.FailedBranch)
 	case next.Status == checkpoint.StatusDead && old.Status != checkpoint.StatusDead &&
 		(!has[transition.DeadLetter](r.Commands) || !has[transition.NotifyParent](r.Commands)):
 		return fmt.Errorf("a death without its dead letter or the parent's notice: %v", r.Commands)
@@ -371,6 +387,11 @@ func pending(signals []checkpoint.Signal) int {
 		}
 	}
 	return n
+}
+
+func isBranchDeath(ev transition.Event) bool {
+	_, ok := ev.(transition.BranchDied)
+	return ok
 }
 
 func isCommit(ev transition.Event) bool {
@@ -480,6 +501,8 @@ func isFull(old checkpoint.Run, ev transition.Event) bool {
 		return old.Refusals >= transition.MaxRefusals
 	case transition.Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
+	case transition.BranchDied: // the dead letter of a run this branch killed, again
+		return old.Status == checkpoint.StatusDead && old.FailedBranch == e.Mark.Branch
 	case transition.ChildrenEnded: // not waiting for children
 		return old.Status != checkpoint.StatusWaiting || old.Wait.Kind != checkpoint.WaitChildren
 	case transition.Signal:

@@ -144,3 +144,28 @@ func ttlOr(ttl time.Duration) time.Duration {
 	}
 	return ttl
 }
+
+// BranchDied is the worker's: branch Mark.Branch of the fan-out joined at
+// step Mark.Step failed for good, and its failure (Mark, status dead) won
+// the branch's own key. The run dies with it unless it is past the
+// fan-out: redriven since (the branch runs again; ErrNotAtStep), moved
+// on or no longer running (ErrNotActive). A run this branch already
+// killed changes nothing, and its dead letter is published again (a
+// writer may have died before publishing it; the stream drops a copy).
+type BranchDied struct{ Mark checkpoint.Checkpoint }
+
+func (b BranchDied) apply(run checkpoint.Run, now time.Time) Result {
+	m := b.Mark
+	switch {
+	case run.Redrives != m.Redrives || run.Step != m.Step:
+		return Result{Run: run, Err: fmt.Errorf("run %s is at step %d after %d redrives; the branch died at step %d after %d: %w", run.ID, run.Step, run.Redrives, m.Step, m.Redrives, ErrNotAtStep)}
+	case run.Status == checkpoint.StatusDead && run.FailedBranch == m.Branch:
+		return Result{Run: run, Commands: []Command{DeadLetter{}}}
+	case run.Status != checkpoint.StatusRunning:
+		return Result{Run: run, Err: fmt.Errorf("run %s is %s: %w", run.ID, run.Status, ErrNotActive)}
+	}
+	next := run
+	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, m.Error, now
+	next.FailedBranch, next.Wait = m.Branch, nil
+	return Result{Run: next, Store: true, Commands: []Command{PublishStatus{}, NotifyParent{}, DeadLetter{}}}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/transition"
 )
 
 // branch runs the protocol for the delivery of branch i of the fan-out
@@ -310,24 +311,19 @@ func (w *Worker) branchFailed(ctx context.Context, d *delivery, run checkpoint.R
 // run (a signal, a cancel): read it again.
 func (w *Worker) branchDied(ctx context.Context, d *delivery, run checkpoint.Run, mark checkpoint.Checkpoint) {
 	for {
+		r := transition.Apply(run, transition.BranchDied{Mark: mark}, time.Now())
 		switch {
-		case run.Redrives != mark.Redrives || run.Step != mark.Step:
-			// Redriven since (the branch runs again), or gone on.
+		case r.Err != nil:
+			// Redriven since (the branch runs again), gone on, or ended.
 			w.ackStale(d, d.name)
 			return
-		case run.Status == checkpoint.StatusDead && run.FailedBranch == mark.Branch:
+		case !r.Store:
 			// Marked by the failure's writer, which may have died before
 			// publishing the letter: publishing it again is deduplicated.
 			w.publishDeadLetter(ctx, d, run)
 			return
-		case run.Status != checkpoint.StatusRunning:
-			w.ackStale(d, d.name)
-			return
 		}
-		next := run
-		next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, mark.Error, time.Now().UTC()
-		next.FailedBranch, next.Wait = mark.Branch, nil
-		stored, err := w.cfg.Store.UpdateRun(ctx, next)
+		stored, err := w.cfg.Store.UpdateRun(ctx, r.Run)
 		if errors.Is(err, checkpoint.ErrConflict) {
 			if run, err = w.cfg.Store.GetRun(ctx, run.ID); err != nil {
 				w.retryTransient(d, "mark dead", err)
