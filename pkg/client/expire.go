@@ -129,20 +129,21 @@ func (c *Client) Repair(ctx context.Context, run checkpoint.Run, cutoff time.Tim
 	if err != nil {
 		return false, err
 	}
-	if fan == nil {
-		published, err = c.publishNew(ctx, run, queue.RepairMsgID(run, progress))
-	} else {
-		for _, cp := range done {
-			if cp.At.After(progress) {
-				progress = cp.At
-			}
+	for _, cp := range done {
+		if cp.At.After(progress) {
+			progress = cp.At
 		}
-		if progress.After(cutoff) {
-			return false, nil
+	}
+	r := transition.Apply(run, transition.Repair{Cutoff: cutoff, Progress: progress, FanOut: fan}, time.Now())
+	for _, cmd := range r.Commands {
+		switch cmd := cmd.(type) {
+		case transition.PublishStep:
+			published, err = c.publishNew(ctx, run, cmd.MsgID)
+		case transition.PublishFanOut:
+			var n int
+			n, err = queue.PublishFanOut(ctx, c.js, run, cmd.Checkpoint, done, cmd.Suffix)
+			published = n > 0
 		}
-		var n int
-		n, err = queue.PublishFanOut(ctx, c.js, run, *fan, done, queue.RepairSuffix(run, progress))
-		published = n > 0
 	}
 	return published, err
 }

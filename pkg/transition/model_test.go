@@ -27,13 +27,19 @@ type world struct {
 	// published maps each step message id sent as new (not a
 	// best-effort republish) to the step it carried.
 	published map[string]string
-	// last is the id of the newest step message the events published as
-	// new, "" once the world moved the run on (the worker published
-	// another).
-	last string
 	// reminders maps each reminder id sent to what it said.
 	reminders map[string]transition.Reminder
 	now       time.Time
+	// repairs maps each repair's message id to the stuck state (the
+	// time of the last progress) it repaired.
+	repairs map[string]time.Time
+	// crashes, when set, loses the commands of some stored changes: the
+	// caller died between the store and them.
+	crashes *rand.Rand
+	// delivered: a step message for the run's position is on the
+	// stream, which a worker will take. A running run without one is
+	// stuck until a repair.
+	delivered bool
 }
 
 // TestModel applies generated sequences of events, from the callers of
@@ -52,10 +58,14 @@ func runSequence(seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 26))
 	w := &world{
 		run: checkpoint.Run{ID: "r-" + fmt.Sprint(seed), Workflow: "claim", Status: checkpoint.StatusRunning,
-			Step: 1, StepName: "s1", StartedBy: pick(rng, "ann", "bob", ""), Rev: 1},
+			Step: 1, StepName: "s1", StartedBy: pick(rng, "ann", "bob", ""), Rev: 1,
+			CreatedAt: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC), UpdatedAt: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)},
 		published: map[string]string{},
 		reminders: map[string]transition.Reminder{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
+		crashes:   rand.New(rand.NewPCG(seed, 29)),
+		repairs:   map[string]time.Time{},
+		delivered: true,
 	}
 	// Some runs start near their bounds, so that sequences reach them.
 	w.run.Refusals = pick(rng, 0, 0, transition.MaxRefusals-2, transition.MaxRefusals)
@@ -90,6 +100,17 @@ func runSequence(seed uint64) error {
 			return fmt.Errorf("%w\nafter %s", err, strings.Join(said, "\n  "))
 		}
 	}
+	// Never silently stuck: a repair pass long after finds a running run
+	// without its step message and publishes it.
+	if w.run.Status == checkpoint.StatusRunning && !w.delivered {
+		w.crashes = nil
+		if err := w.apply(transition.Repair{Cutoff: w.now.Add(time.Hour)}); err != nil {
+			return fmt.Errorf("the final repair: %w", err)
+		}
+		if !w.delivered {
+			return fmt.Errorf("a running run (step %d) has no step message, and a repair publishes none: stuck for ever", w.run.Step)
+		}
+	}
 	return nil
 }
 
@@ -97,13 +118,16 @@ func runSequence(seed uint64) error {
 // scheduler), between events: the worker's events through Apply, with
 // the invariants checked, its other changes as they are.
 func (w *world) outside(rng *rand.Rand) (string, error) {
+	if w.run.Status == checkpoint.StatusRunning && !w.delivered {
+		return "nothing (its step message was lost: stuck until a repair)", nil
+	}
 	said, ev, changed := worker(rng, &w.run, w.now, time.Hour)
 	if ev != nil {
 		return fmt.Sprintf("%s: %T%+v", said, ev, ev), w.apply(ev)
 	}
 	if changed {
 		w.run.Rev++
-		w.last = ""
+		w.delivered = w.run.Status == checkpoint.StatusRunning // the worker published the next step
 	}
 	return said, nil
 }
@@ -201,8 +225,14 @@ func event(rng *rand.Rand, run checkpoint.Run) transition.Event {
 			rd.Before = &checkpoint.Checkpoint{RunID: run.ID, Step: run.Step - 2, Children: []checkpoint.Child{{ID: "c1", Workflow: "w"}}}
 		}
 		return rd
-	case 7, 8:
+	case 7:
 		return transition.Expire{}
+	case 8:
+		if rng.IntN(2) == 0 {
+			return transition.Expire{}
+		}
+		// The scheduler's repair pass; its cutoff is its stuck-after ago.
+		return repairAt(rng, run)
 	case 5, 6:
 		return transition.Signal{Signal: checkpoint.Signal{Name: pick(rng, "go", "stop"), ID: pick(rng, "s1", "s2", "s3", "s4"),
 			Data: pick(rng, []byte(nil), []byte(`{"n":1}`)), By: "bot", Channel: "api"}}
@@ -224,6 +254,16 @@ func event(rng *rand.Rand, run checkpoint.Run) transition.Event {
 }
 
 func pick[T any](rng *rand.Rand, v ...T) T { return v[rng.IntN(len(v))] }
+
+// repairAt is a repair of run as the scheduler makes it: its cutoff
+// before or after the run's last change, sometimes a sign of life since.
+func repairAt(rng *rand.Rand, run checkpoint.Run) transition.Repair {
+	e := transition.Repair{Cutoff: run.UpdatedAt.Add(pick(rng, -time.Minute, time.Minute, time.Hour))}
+	if rng.IntN(3) == 0 {
+		e.Progress = run.UpdatedAt.Add(30 * time.Second)
+	}
+	return e
+}
 
 // redriven says whether ev redrives old: a Redrive of a dead run.
 func redriven(old checkpoint.Run, ev transition.Event) bool {
@@ -268,12 +308,24 @@ func (w *world) apply(ev transition.Event) error {
 	if err := w.checkExpiry(before, ev, r); err != nil {
 		return err
 	}
+	if err := w.checkRepair(before, ev, r); err != nil {
+		return err
+	}
+	lost := r.Store && w.crashes != nil && w.crashes.IntN(10) == 0
+	if r.Store {
+		// A commit's next step is published by the worker that
+		// committed, or by the redelivery of its step if it died.
+		w.delivered = isCommit(ev) && r.Run.Status == checkpoint.StatusRunning
+	}
 	for _, c := range r.Commands {
 		switch p := c.(type) {
 		case transition.PublishStep:
 			if err := w.publish(p, r); err != nil {
 				return err
 			}
+			w.delivered = w.delivered || !lost
+		case transition.PublishFanOut:
+			w.delivered = w.delivered || !lost
 		case transition.PublishReminder:
 			if prev, seen := w.reminders[p.MsgID]; seen && prev != p.Reminder {
 				return fmt.Errorf("reminder id %s sent for %+v and for %+v", p.MsgID, prev, p.Reminder)
@@ -462,6 +514,39 @@ func resumedBy(old, next checkpoint.Run, ev transition.Event) bool {
 	return false
 }
 
+// checkRepair holds the invariants of the scheduler's repair (issue 23,
+// item 4): it publishes only for a running run that made no progress
+// since the cutoff, and one stuck state has one id, which no other stuck
+// state shares.
+func (w *world) checkRepair(old checkpoint.Run, ev transition.Event, r transition.Result) error {
+	e, ok := ev.(transition.Repair)
+	if !ok {
+		return nil
+	}
+	progress := old.UpdatedAt
+	if e.Progress.After(progress) {
+		progress = e.Progress
+	}
+	stuck := old.Status == checkpoint.StatusRunning && !progress.After(e.Cutoff)
+	for _, c := range r.Commands {
+		p, ok := c.(transition.PublishStep)
+		switch {
+		case !stuck:
+			return fmt.Errorf("a repair of a %s run with progress at %s, after its cutoff %s: a live step run twice", old.Status, progress, e.Cutoff)
+		case !ok || !p.Repair:
+			return fmt.Errorf("a repair publishes %T%+v", c, c)
+		}
+		if prev, seen := w.repairs[p.MsgID]; seen && !prev.Equal(progress) {
+			return fmt.Errorf("repair id %s for the stuck states of %s and of %s: the second is dropped as a duplicate", p.MsgID, prev, progress)
+		}
+		w.repairs[p.MsgID] = progress
+	}
+	if stuck && len(r.Commands) == 0 {
+		return errors.New("a stuck run not repaired")
+	}
+	return nil
+}
+
 // checkExpiry holds the invariants of the scheduler's expiry: it acts
 // only on a wait whose deadline passed, and a wait it keeps (escalated,
 // reminded) is due again later, at the time it reports for the index.
@@ -501,6 +586,8 @@ func isFull(old checkpoint.Run, ev transition.Event) bool {
 		return old.Refusals >= transition.MaxRefusals
 	case transition.Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
+	case transition.Repair: // never stores
+		return true
 	case transition.BranchDied: // the dead letter of a run this branch killed, again
 		return old.Status == checkpoint.StatusDead && old.FailedBranch == e.Mark.Branch
 	case transition.ChildrenEnded: // not waiting for children
@@ -516,24 +603,26 @@ func isFull(old checkpoint.Run, ev transition.Event) bool {
 // id is never presented for another step, and a best-effort republish
 // sends an id a stored change sent before (it owes, it does not mint).
 func (w *world) publish(p transition.PublishStep, r transition.Result) error {
-	step := fmt.Sprintf("%d %s", r.Run.Step, r.Run.StepName)
+	// An id names one publish: one step, in one generation.
+	step := fmt.Sprintf("step %d %s, generation %d", r.Run.Step, r.Run.StepName, r.Run.Resumes+r.Run.Redrives)
 	prev, seen := w.published[p.MsgID]
 	switch {
 	case seen && prev != step:
 		return fmt.Errorf("message id %s presented for step %s and for %s", p.MsgID, prev, step)
 	case p.Again && !seen:
 		return fmt.Errorf("a republish minted a new id %s", p.MsgID)
-	case p.Again && p.MsgID != w.last:
-		return fmt.Errorf("a republish of %s, which is not the run's newest step message (%q): a step of a past generation presented again", p.MsgID, w.last)
-	case !p.Again && seen:
+	case p.Again && prev != step:
+		return fmt.Errorf("a republish of %s, minted for %s, of a run at %s: a step of a past generation presented again", p.MsgID, prev, step)
+	case !p.Again && !p.Repair && seen:
 		return fmt.Errorf("message id %s minted twice: a resume of one generation published twice as new", p.MsgID)
+	case p.Repair && r.Store:
+		return errors.New("a repair that stores")
 	case p.BestEffort && !p.Again:
 		return fmt.Errorf("a new step message %s whose loss is not reported: the run would be stuck", p.MsgID)
-	case !p.Again && !r.Store:
+	case !p.Again && !p.Repair && !r.Store:
 		return errors.New("a step published as new for a change not stored")
 	}
 	w.published[p.MsgID] = step
-	w.last = p.MsgID
 	return nil
 }
 

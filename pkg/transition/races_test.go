@@ -105,6 +105,8 @@ func script(t *testing.T) *scripted {
 		published: map[string]string{},
 		reminders: map[string]transition.Reminder{},
 		now:       time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC),
+		delivered: true,
+		repairs:   map[string]time.Time{},
 	}}
 }
 
@@ -133,8 +135,8 @@ func (s *scripted) worker(change func(r *checkpoint.Run)) {
 	s.now = s.now.Add(time.Second)
 	s.run.Rev++
 	s.run.UpdatedAt = s.now
-	s.last = ""
 	change(&s.run)
+	s.delivered = s.run.Status == checkpoint.StatusRunning
 }
 
 func (s *scripted) waitSignal(name string) {

@@ -96,3 +96,35 @@ func (c ChildrenEnded) apply(run checkpoint.Run, now time.Time) Result {
 			Lost: fmt.Sprintf("parent %s resumed but its step was not published; the scheduler's repair publishes it", run.ID)},
 	}}
 }
+
+// Repair is the scheduler's: a running run made no progress since
+// Cutoff, so the message it waits for may have been lost. Progress is the
+// newest sign of life the caller read besides the run record's own
+// change (a worker's heartbeat, a branch's commit, an earlier repair's
+// mark); FanOut, when the step before the cursor fanned out, is its
+// checkpoint. The step at the cursor is published again, or the
+// fan-out's branches without a checkpoint, or its join: under an id of
+// the stuck state (the generation and the time of the last progress), so
+// one stuck state is repaired once however many schedulers see it, and
+// harmless by the step protocol if the step was in fact under way. A run
+// not running, or with progress after Cutoff, changes nothing and
+// publishes nothing. Repair never stores the run.
+type Repair struct {
+	Cutoff, Progress time.Time
+	FanOut           *checkpoint.Checkpoint
+}
+
+func (e Repair) apply(run checkpoint.Run, now time.Time) Result {
+	progress := run.UpdatedAt
+	if e.Progress.After(progress) {
+		progress = e.Progress
+	}
+	if run.Status != checkpoint.StatusRunning || progress.After(e.Cutoff) {
+		return Result{Run: run}
+	}
+	if f := e.FanOut; f != nil && f.FanOut != nil && f.Step == run.Step-1 {
+		return Result{Run: run, Commands: []Command{PublishFanOut{Checkpoint: *f, Suffix: queue.RepairSuffix(run, progress)}}}
+	}
+	return Result{Run: run, Commands: []Command{PublishStep{MsgID: queue.RepairMsgID(run, progress), Repair: true,
+		Lost: fmt.Sprintf("run %s looked stuck, and its step was not published again", run.ID)}}}
+}

@@ -123,6 +123,9 @@ func runOnStore(ctx context.Context, f *testfleet.Fleet, wire *wire, seed uint64
 			}
 			ev = rd
 		}
+		if rp, ok := ev.(transition.Repair); ok { // no worker beats here: no progress but the record's
+			ev = transition.Repair{Cutoff: rp.Cutoff}
+		}
 		trail = append(trail, fmt.Sprintf("%T%+v", ev, ev))
 		if err := checkOnStore(ctx, f, wire, before, ev); err != nil {
 			return events, fmt.Errorf("%w\nafter %v", err, trail)
@@ -193,6 +196,13 @@ func carryOut(ctx context.Context, c *client.Client, id string, ev transition.Ev
 		return err
 	case transition.Redrive:
 		_, err := c.Redrive(ctx, id, e.By, client.Via(e.Channel))
+		return err
+	case transition.Repair:
+		run, err := c.Store().GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		_, err = c.Repair(ctx, run, e.Cutoff)
 		return err
 	}
 	return fmt.Errorf("no caller for %T", ev)

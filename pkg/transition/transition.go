@@ -92,7 +92,11 @@ type PublishStep struct {
 	// published, under the id that change minted (its first publish may
 	// have failed); the stream drops it within its duplicate window, and
 	// the step protocol a stale one after it. It mints nothing.
-	Again      bool
+	Again bool
+	// Repair: the publish presents the step at the cursor again under an
+	// id of the stuck state it repairs (Repair), without a change of
+	// the run.
+	Repair     bool
 	BestEffort bool
 }
 
