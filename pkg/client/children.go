@@ -69,7 +69,7 @@ func (c *Client) ChildEnded(ctx context.Context, run checkpoint.Run) error {
 // its own end is stored, so the last to end sees all ended. It reports
 // whether it resumed the run.
 func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
-	_, r, err := c.changeOf(ctx, id, func(run checkpoint.Run) (transition.Event, error) {
+	run, r, err := c.changeOf(ctx, id, func(run checkpoint.Run) (transition.Event, error) {
 		if run.Status != checkpoint.StatusWaiting || run.Wait == nil || run.Wait.Kind != checkpoint.WaitChildren {
 			return nil, nil
 		}
@@ -84,7 +84,9 @@ func (c *Client) ResumeParent(ctx context.Context, id string) (bool, error) {
 		}
 		return transition.ChildrenEnded{Count: len(results)}, nil
 	}, nil)
-	return r.Resumed, err
+	// A store that failed stored nothing (no run comes back): resumed
+	// is only what was stored.
+	return r.Resumed && run.ID != "", err
 }
 
 // ChildStatus is how a child run stands, for ChildResults.

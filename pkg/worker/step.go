@@ -260,7 +260,12 @@ func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snaps
 	}
 	w.c.committed.Add(1)
 	w.reportCommit(run, cp, size, snap.Previous)
-	w.carryOut(ctx, d.log, committed, change.Commands)
+	if committed.Step == next.Step && committed.Status == next.Status {
+		// The record is this commit's (on the KV store, one that lost
+		// its compare-and-set may have found it moved on by a reader
+		// that rolled it forward, which announced it).
+		w.carryOut(ctx, d.log, committed, change.Commands)
+	}
 	d.log.Info().Str("name", cp.Name).Str("next", cp.Next).Str("status", string(cp.Status)).Int("bytes", size).Msg("step committed")
 	w.at(ctx, AfterCheckpoint, d)
 	return committed, cp, true
