@@ -82,6 +82,34 @@ func TestRaces(t *testing.T) {
 		w.now = w.now.Add(2 * time.Hour)
 		w.must(transition.Expire{})
 	})
+	t.Run("23.5 a branch's death after its join committed, and after a redrive", func(t *testing.T) {
+		w := script(t)
+		// Step 1 fans out; the run waits at the join, step 2.
+		w.must(transition.Commit{Checkpoint: checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Gen: w.run.Resumes, At: w.now, Next: "join",
+			Status: checkpoint.StatusRunning, FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}, {Step: "b"}}}}})
+		mark := checkpoint.Checkpoint{RunID: w.run.ID, Step: 2, Branch: 1, Status: checkpoint.StatusDead, Error: "branch failed", Redrives: w.run.Redrives}
+		// Another delivery of branch 1 committed, the join ran and
+		// committed: the run is past the fan-out. The failure that lost
+		// the branch's key arrives late and must change nothing.
+		w.must(transition.Commit{Checkpoint: checkpoint.Checkpoint{RunID: w.run.ID, Step: 2, Gen: w.run.Resumes, At: w.now, Next: "pay", Status: checkpoint.StatusRunning}})
+		if r := transition.Apply(w.run, transition.BranchDied{Mark: mark}, w.now); r.Err == nil || r.Store {
+			t.Fatalf("a branch death after the join: %v, stored %t", r.Err, r.Store)
+		}
+		// A branch that killed the run, a redrive, and a late copy of the
+		// first failure: the redriven run keeps running.
+		w2 := script(t)
+		w2.must(transition.Commit{Checkpoint: checkpoint.Checkpoint{RunID: w2.run.ID, Step: 1, Gen: 0, At: w2.now, Next: "join",
+			Status: checkpoint.StatusRunning, FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}}}}})
+		first := checkpoint.Checkpoint{RunID: w2.run.ID, Step: 2, Branch: 1, Status: checkpoint.StatusDead, Error: "branch failed"}
+		w2.must(transition.BranchDied{Mark: first})
+		fan := checkpoint.Checkpoint{RunID: w2.run.ID, Step: 1, FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}}}}
+		if r := w2.must(transition.Redrive{By: "ops", Before: &fan}); !has[transition.PublishFanOut](r.Commands) {
+			t.Fatalf("a redrive at a join publishes %v", r.Commands)
+		}
+		if r := transition.Apply(w2.run, transition.BranchDied{Mark: first}, w2.now); r.Err == nil || r.Store {
+			t.Fatalf("a branch death of before the redrive: %v, stored %t", r.Err, r.Store)
+		}
+	})
 	t.Run("a late decision after a signal resumed the step (model seed 98)", func(t *testing.T) {
 		w := script(t)
 		w.park()
