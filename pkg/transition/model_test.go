@@ -197,7 +197,9 @@ func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration)
 	case 2:
 		cp.Status, cp.Next, said = pick(rng, checkpoint.StatusCompleted, checkpoint.StatusFailed), "", "ends"
 	case 3:
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
+		case 2: // a branch of the fan-out joined here commits; the store counted some
+			return "a branch commits", transition.BranchCommitted{Step: pick(rng, r.Step, r.Step, r.Step-1), Count: pick(rng, 0, 1, 2), Of: 2}, false
 		case 0:
 			return "dies", transition.Die{Reason: "step failed 3 times"}, false
 		case 1: // a branch of the fan-out joined here, sometimes of before a redrive
@@ -326,6 +328,17 @@ func (w *world) apply(ev transition.Event) error {
 			w.delivered = w.delivered || !lost
 		case transition.PublishFanOut:
 			w.delivered = w.delivered || !lost
+		case transition.PublishJoin:
+			b, ok := ev.(transition.BranchCommitted)
+			if !ok || b.Count != b.Of || before.Status != checkpoint.StatusRunning || before.Step != b.Step {
+				return fmt.Errorf("a join published by %T%+v on a %s run at step %d", ev, ev, before.Status, before.Step)
+			}
+			step := fmt.Sprintf("step %d %s, generation %d", before.Step, before.StepName, before.Resumes+before.Redrives)
+			if prev, seen := w.published[p.MsgID]; seen && prev != step {
+				return fmt.Errorf("join id %s presented for %s and for %s", p.MsgID, prev, step)
+			}
+			w.published[p.MsgID] = step
+			w.delivered = true
 		case transition.PublishReminder:
 			if prev, seen := w.reminders[p.MsgID]; seen && prev != p.Reminder {
 				return fmt.Errorf("reminder id %s sent for %+v and for %+v", p.MsgID, prev, p.Reminder)
@@ -586,7 +599,7 @@ func isFull(old checkpoint.Run, ev transition.Event) bool {
 		return old.Refusals >= transition.MaxRefusals
 	case transition.Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
-	case transition.Repair: // never stores
+	case transition.Repair, transition.BranchCommitted: // never store
 		return true
 	case transition.BranchDied: // the dead letter of a run this branch killed, again
 		return old.Status == checkpoint.StatusDead && old.FailedBranch == e.Mark.Branch

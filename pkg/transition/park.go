@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // ErrNotAtStep: a worker's event names a step the run is not running (it
@@ -168,4 +169,26 @@ func (b BranchDied) apply(run checkpoint.Run, now time.Time) Result {
 	next.Status, next.Error, next.UpdatedAt = checkpoint.StatusDead, m.Error, now
 	next.FailedBranch, next.Wait = m.Branch, nil
 	return Result{Run: next, Store: true, Commands: []Command{PublishStatus{}, NotifyParent{}, DeadLetter{}}}
+}
+
+// BranchCommitted is the worker's: a branch of the fan-out joined at
+// Step committed (or was found committed by a replay), and the store
+// counted Count of its Of branches in (0: a later writer counts). When
+// all are in and the run still waits at the join, the join is published
+// (PublishJoin). Branch commits never change the run record: nothing is
+// stored.
+type BranchCommitted struct{ Step, Count, Of int }
+
+// PublishJoin publishes the join, the step at the run's cursor, under
+// MsgID. Every writer that counts all branches in publishes it; the
+// stream keeps one.
+type PublishJoin struct{ MsgID string }
+
+func (PublishJoin) command() {}
+
+func (b BranchCommitted) apply(run checkpoint.Run, now time.Time) Result {
+	if b.Of == 0 || b.Count != b.Of || run.Status != checkpoint.StatusRunning || run.Step != b.Step {
+		return Result{Run: run}
+	}
+	return Result{Run: run, Commands: []Command{PublishJoin{MsgID: queue.JoinMsgID(run, b.Step)}}}
 }

@@ -110,6 +110,32 @@ func TestRaces(t *testing.T) {
 			t.Fatalf("a branch death of before the redrive: %v, stored %t", r.Err, r.Store)
 		}
 	})
+	t.Run("23.3 the join after a redrive within the duplicate window", func(t *testing.T) {
+		w := script(t)
+		fan := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Gen: 0, At: w.now, Next: "join",
+			Status: checkpoint.StatusRunning, FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}, {Step: "b"}}}}
+		w.must(transition.Commit{Checkpoint: fan})
+		join := func() string {
+			t.Helper()
+			ev := transition.BranchCommitted{Step: 2, Count: 2, Of: 2}
+			r := transition.Apply(w.run, ev, w.now)
+			if err := w.apply(ev); err != nil { // world.apply refuses an id presented for two generations
+				t.Fatal(err)
+			}
+			if len(r.Commands) != 1 {
+				t.Fatalf("every branch in: %v", r.Commands)
+			}
+			return r.Commands[0].(transition.PublishJoin).MsgID
+		}
+		first := join()
+		w.die() // the join dies
+		w.must(transition.Redrive{By: "ops", Before: &fan})
+		// A replayed branch counts every branch in again: its join is
+		// the redriven run's, not a duplicate the stream would drop.
+		if second := join(); second == first {
+			t.Fatalf("both joins are %s", first)
+		}
+	})
 	t.Run("a late decision after a signal resumed the step (model seed 98)", func(t *testing.T) {
 		w := script(t)
 		w.park()

@@ -180,11 +180,16 @@ func (w *Worker) branchCommitted(ctx context.Context, d *delivery, run checkpoin
 		ev.Msg("branch committed")
 		w.at(ctx, AfterCheckpoint, d)
 	}
-	if count == len(fan.FanOut.Branches) && run.Status == checkpoint.StatusRunning && run.Step == cp.Step {
+	r := transition.Apply(run, transition.BranchCommitted{Step: cp.Step, Count: count, Of: len(fan.FanOut.Branches)}, time.Now())
+	for _, cmd := range r.Commands {
+		j, ok := cmd.(transition.PublishJoin)
+		if !ok {
+			continue
+		}
 		// Every branch is in: publish the join, once per fan-out (its id
 		// dedupes the other writers that count them all).
 		join := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: cp.Step, Name: fan.Next}
-		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, join, queue.JoinMsgID(run, cp.Step)); err != nil {
+		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, join, j.MsgID); err != nil {
 			w.retryTransient(d, "publish join", err)
 			return
 		}
