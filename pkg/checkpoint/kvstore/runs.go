@@ -183,7 +183,11 @@ func (s *Store) whyRefused(ctx context.Context, id string, n int) error {
 // leader acknowledged (a due entry indexed a moment ago would be missing
 // from the scheduler's claim). So after the initial values the scan asks
 // the leader for the newest message on filter and reads on until the
-// watcher has delivered it, keeping the latest entry of each key.
+// watcher has delivered it, keeping the latest entry of each key. The
+// pending count a delivery carries does not say it either, even on a
+// one-replica bucket: a scan that stopped at the first delivery leaving
+// nothing pending still missed a rewritten key
+// (checkpointtest's WorkflowsWhileReregistered).
 func (s *Store) scan(ctx context.Context, filter string, fn func(jetstream.KeyValueEntry) error) error {
 	w, err := s.kv.Watch(ctx, filter)
 	if err != nil {
