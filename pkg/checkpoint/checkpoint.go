@@ -387,8 +387,11 @@ type Checkpoint struct {
 	// (0 on checkpoints written before it was recorded): a store may
 	// count the fan-out's results in full only when they may all be in.
 	Of int `json:"of,omitempty"`
-	// Redrives is the run's Redrives under which a branch's outcome was
-	// stored: a branch's failure holds until the run is redriven.
+	// Redrives is the run's Redrives under which the checkpoint was
+	// committed: a branch's failure holds until the run is redriven, and
+	// a step's commit owes its next step's message only in the generation
+	// it was committed in (transition.Follow). Step checkpoints written
+	// before it was recorded have 0.
 	Redrives int `json:"redrives,omitempty"`
 	// FanOut is set on the checkpoint of a step that fanned out: the
 	// branches to run before the join, step Step+1, named by Next.

@@ -155,9 +155,11 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		}
 		// The first publish may have been lost: publishing step 1 again is
 		// harmless (same message id, and the protocol ignores replays).
-		if stored.Status == checkpoint.StatusRunning && stored.Step == 1 {
-			if err := c.publish(RunContext(ctx, stored), stored, queue.MsgID(stored.ID, 1)); err != nil {
-				return stored, false, err
+		for _, cmd := range transition.Apply(stored, transition.Start{}, now).Commands {
+			if p, ok := cmd.(transition.PublishStep); ok {
+				if err := c.publish(RunContext(ctx, stored), stored, p.MsgID); err != nil {
+					return stored, false, err
+				}
 			}
 		}
 		return stored, false, nil
@@ -165,8 +167,12 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
 	}
 	// The event goes first: the step's own events must follow it.
-	if err := c.publishAfterStatus(ctx, stored, queue.MsgID(stored.ID, 1)); err != nil {
-		return stored, true, fmt.Errorf("run %s created but its first step was not published; start it again with the same id to publish it: %w", stored.ID, err)
+	for _, cmd := range transition.Apply(stored, transition.Start{Created: true}, now).Commands {
+		if p, ok := cmd.(transition.PublishStep); ok {
+			if err := c.publishAfterStatus(ctx, stored, p.MsgID); err != nil {
+				return stored, true, fmt.Errorf("%s: %w", p.Lost, err)
+			}
+		}
 	}
 	return stored, true, nil
 }

@@ -17,7 +17,8 @@ import (
 //
 //   - the step count and the spend grow by the step's;
 //   - the signals the step read leave the pending list;
-//   - Running: the cursor moves to the next step;
+//   - Running: the cursor moves to the next step, which is published
+//     under its regular id (or the fan-out's branches are: see Follow);
 //   - Waiting: the cursor moves to the next step, which waits for the
 //     step's child runs, or else for its timer (WakeAt);
 //   - Completed, Failed: the run ends with the checkpoint's error.
@@ -43,6 +44,7 @@ func (c Commit) apply(run checkpoint.Run, now time.Time) Result {
 	switch cp.Status {
 	case checkpoint.StatusRunning:
 		next.Step, next.StepName = cp.Step+1, cp.Next
+		cmds = follow(next, cp, false)
 	case checkpoint.StatusWaiting:
 		next.Step, next.StepName, next.Status = cp.Step+1, cp.Next, checkpoint.StatusWaiting
 		if len(cp.Children) > 0 {

@@ -40,6 +40,9 @@ type world struct {
 	// stream, which a worker will take. A running run without one is
 	// stuck until a repair.
 	delivered bool
+	// committed holds the checkpoints whose commit was stored: a
+	// redelivery of their step may meet them again (Follow).
+	committed []checkpoint.Checkpoint
 }
 
 // TestModel applies generated sequences of events, from the callers of
@@ -121,6 +124,13 @@ func (w *world) outside(rng *rand.Rand) (string, error) {
 	if w.run.Status == checkpoint.StatusRunning && !w.delivered {
 		return "nothing (its step message was lost: stuck until a repair)", nil
 	}
+	if len(w.committed) > 0 && rng.IntN(5) == 0 {
+		// A redelivery of a committed step (its worker died after the
+		// commit, or its ack was lost) meets the checkpoint again.
+		cp := w.committed[len(w.committed)-1-rng.IntN(min(2, len(w.committed)))]
+		ev := transition.Follow{Checkpoint: cp}
+		return fmt.Sprintf("a redelivery of step %d meets its checkpoint: %T", cp.Step, ev), w.apply(ev)
+	}
 	said, ev, changed := worker(rng, &w.run, w.now, time.Hour)
 	if ev != nil {
 		return fmt.Sprintf("%s: %T%+v", said, ev, ev), w.apply(ev)
@@ -177,7 +187,7 @@ func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration)
 	}
 	// The step commits: its checkpoint, sometimes of an earlier
 	// generation or step (a delivery that ran late).
-	cp := checkpoint.Checkpoint{RunID: r.ID, Step: r.Step, Gen: r.Resumes, At: now, Next: fmt.Sprint("s", r.Step+1), Status: checkpoint.StatusRunning, Spend: 0.5}
+	cp := checkpoint.Checkpoint{RunID: r.ID, Step: r.Step, Gen: r.Resumes, Redrives: r.Redrives, At: now, Next: fmt.Sprint("s", r.Step+1), Status: checkpoint.StatusRunning, Spend: 0.5}
 	if rng.IntN(8) == 0 {
 		cp.Gen, cp.Step = pick(rng, cp.Gen-1, cp.Gen), pick(rng, cp.Step, cp.Step-1)
 	}
@@ -318,6 +328,9 @@ func (w *world) apply(ev transition.Event) error {
 		// A commit's next step is published by the worker that
 		// committed, or by the redelivery of its step if it died.
 		w.delivered = isCommit(ev) && r.Run.Status == checkpoint.StatusRunning
+		if isCommit(ev) {
+			w.committed = append(w.committed, ev.(transition.Commit).Checkpoint)
+		}
 	}
 	for _, c := range r.Commands {
 		switch p := c.(type) {
@@ -599,7 +612,7 @@ func isFull(old checkpoint.Run, ev transition.Event) bool {
 		return old.Refusals >= transition.MaxRefusals
 	case transition.Expire: // nothing due (checkExpiry says when that is wrong)
 		return true
-	case transition.Repair, transition.BranchCommitted: // never store
+	case transition.Repair, transition.BranchCommitted, transition.Follow: // never store
 		return true
 	case transition.BranchDied: // the dead letter of a run this branch killed, again
 		return old.Status == checkpoint.StatusDead && old.FailedBranch == e.Mark.Branch

@@ -136,6 +136,51 @@ func TestRaces(t *testing.T) {
 			t.Fatalf("both joins are %s", first)
 		}
 	})
+	t.Run("a late redelivery of a committed step (model seeds 117, 8887)", func(t *testing.T) {
+		// After the commit the run went on by other means (its children
+		// ended, its timer woke it, it died and was redriven): the late
+		// delivery of the step meets its checkpoint and owes no step
+		// message. One under the regular id, which nobody minted, would
+		// run the next step a second time beside the one the resume
+		// published (worker.TestLateRedeliveryAfterChildrenRunsTheNextStepOnce).
+		for _, after := range []string{"children", "timer", "redrive"} {
+			w := script(t)
+			cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Next: "s2", Status: checkpoint.StatusRunning, At: w.now}
+			switch after {
+			case "children":
+				cp.Status, cp.Children = checkpoint.StatusWaiting, []checkpoint.Child{{ID: "c1", Workflow: "w"}}
+				w.must(transition.Commit{Checkpoint: cp})
+				w.must(transition.ChildrenEnded{Count: 1})
+			case "timer":
+				cp.Status, cp.WakeAt = checkpoint.StatusWaiting, w.now.Add(time.Hour)
+				w.must(transition.Commit{Checkpoint: cp})
+				w.now = w.now.Add(2 * time.Hour)
+				w.must(transition.Expire{})
+			case "redrive":
+				w.must(transition.Commit{Checkpoint: cp})
+				w.must(transition.Die{Reason: "step 2 failed 3 times"})
+				w.must(transition.Redrive{By: "ops", Before: &cp})
+			}
+			if w.run.Status != checkpoint.StatusRunning || w.run.Step != 2 {
+				t.Fatalf("after %s: the run is %s at step %d, want running at 2", after, w.run.Status, w.run.Step)
+			}
+			if r := transition.Apply(w.run, transition.Follow{Checkpoint: cp}, w.now); len(r.Commands) != 0 {
+				t.Fatalf("after %s: the late delivery owes %v, want nothing", after, r.Commands)
+			}
+		}
+		// Its commit's own publish lost: the redelivery owes it, under
+		// the id the commit minted (world.publish checks Again).
+		w := script(t)
+		cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Next: "s2", Status: checkpoint.StatusRunning, At: w.now}
+		minted := w.must(transition.Commit{Checkpoint: cp}).Commands
+		if err := w.apply(transition.Follow{Checkpoint: cp}); err != nil {
+			t.Fatal(err)
+		}
+		owed := transition.Apply(w.run, transition.Follow{Checkpoint: cp}, w.now).Commands
+		if len(minted) != 1 || len(owed) != 1 || minted[0].(transition.PublishStep).MsgID != owed[0].(transition.PublishStep).MsgID || !owed[0].(transition.PublishStep).Again {
+			t.Fatalf("the commit published %v, its redelivery %v: want the same id, again", minted, owed)
+		}
+	})
 	t.Run("a late decision after a signal resumed the step (model seed 98)", func(t *testing.T) {
 		w := script(t)
 		w.park()

@@ -6,13 +6,15 @@
 // writer came first), then carry out the commands.
 //
 // Its events are those of the operators, approvers and systems that act
-// on a run through pkg/client (Decide, Refuse, Cancel, Signal, Redrive),
-// the end of a run's child runs (ChildrenEnded) and the scheduler's
-// expiry of a wait (Expire). The worker's changes (a step's commit, a
-// park, a dead letter) do not go through it yet.
+// on a run through pkg/client (Start, Decide, Refuse, Cancel, Signal,
+// Redrive), the end of a run's child runs (ChildrenEnded), the
+// scheduler's (Expire, Repair) and the worker's (Commit, Follow,
+// ParkForApproval, ParkForSignal, Die, BranchCommitted, BranchDied).
 //
 // Message ids are minted here, from the run as stored after the change
-// (pkg/queue spells them): a resume carries the run's generation, which
+// (pkg/queue spells them): a step's regular id "<run>:<n>" is minted by
+// the commit that moves the run onto step n by itself (or the run's
+// creation, for step 1); a resume carries the run's generation, which
 // grows with every decision, signal, approval's or signal's expiry and
 // redrive; a timer's wake and the children's resume are once per sleep
 // or start of children, under causes of their own. A command that

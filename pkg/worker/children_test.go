@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
 
@@ -160,6 +162,65 @@ func TestUnregisteredChildWorkflow(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.WaitStatus("haunted-1", checkpoint.StatusCompleted, 20*time.Second)
+		})
+	}
+}
+
+// A step that started child runs, delivered again after the children
+// ended and resumed the run (its worker died before the ack, or an
+// operator replayed the stream), publishes nothing: the children's
+// resume published the next step. It used to publish the next step
+// under its regular id, which nobody had sent, so that step ran twice at
+// once. transition.Follow owes a step message only for a commit that
+// moved the run on by itself.
+func TestLateRedeliveryAfterChildrenRunsTheNextStepOnce(t *testing.T) {
+	for _, kind := range testfleet.Kinds {
+		t.Run(kind, func(t *testing.T) {
+			f := testfleet.New(t, kind)
+			kid := steps.New[num]("kid", 1).
+				Step("only", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.Complete(st), nil
+				})
+			var entered atomic.Int32
+			release := make(chan struct{})
+			parent := steps.New[num]("mother", 1)
+			after := parent.Ref("after")
+			parent.
+				Step("start", func(_ context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					return steps.StartChildren(after, st, steps.Child{Workflow: "kid"}), nil
+				}).
+				Step("after", func(ctx context.Context, _ *steps.Context, st num) (steps.Outcome[num], error) {
+					entered.Add(1)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return steps.Outcome[num]{}, ctx.Err()
+					}
+					return steps.Complete(st), nil
+				})
+			w, _ := f.StartWorker(steps.NewRegistry().MustRegister(kid, parent), nil)
+			f.Start("mother", "mother-1", "")
+			testenv.Eventually(t, 20*time.Second, "step 2 entered after the child ended", func() bool { return entered.Load() == 1 })
+			// Step 1's message again, as a redelivery or a replay brings it.
+			msg, err := queue.StepMessage(queue.StepMsg{RunID: "mother-1", Workflow: "mother", Step: 1, Name: "start"}, "replay-mother-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.JS.PublishMsg(context.Background(), msg); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 20*time.Second, "the replay handled", func() bool { return w.Stats().Replayed >= 1 })
+			// A step 2 published by the replay would be taken within
+			// milliseconds by the idle slots of the worker.
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) {
+				if n, s := entered.Load(), w.Stats(); n != 1 || s.Republished != 0 {
+					t.Fatalf("after the late delivery of step 1: step 2 entered %d times, %d next steps republished; want once and none", n, s.Republished)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			close(release)
+			f.WaitStatus("mother-1", checkpoint.StatusCompleted, 20*time.Second)
 		})
 	}
 }

@@ -249,55 +249,63 @@ func outcomeOf(s checkpoint.Status) string {
 // continueAfter publishes step cp.Step+1 if run is still running at that
 // step, then acks. Used after a commit and for replays of committed steps.
 func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
-	if len(cp.Children) > 0 && run.Status == checkpoint.StatusWaiting && run.Wait != nil && run.Wait.Kind == checkpoint.WaitChildren && run.Step == cp.Step+1 {
-		// The step started child runs: create them (again: idempotent by
-		// id) before acking, so that a crash after the commit loses none.
-		if err := w.runs.StartChildren(ctx, run, cp); err != nil {
-			if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrUnknownWorkflow) {
-				// Starting again cannot fix it: a person must look (and
-				// redrive once a worker registers the child's workflow).
-				w.deadLetter(ctx, d, run, err.Error())
+	// What the commit publishes, the same whether this worker committed
+	// or met the commit again (transition.Follow): ids are minted there.
+	owed := transition.Apply(run, transition.Follow{Checkpoint: cp}, time.Now()).Commands
+	for _, cmd := range owed {
+		switch cmd := cmd.(type) {
+		case transition.StartChildren:
+			// The step started child runs: create them (again: idempotent
+			// by id) before acking, so that a crash after the commit
+			// loses none.
+			if err := w.runs.StartChildren(ctx, run, cmd.Checkpoint); err != nil {
+				if errors.Is(err, client.ErrBadInput) || errors.Is(err, client.ErrUnknownWorkflow) {
+					// Starting again cannot fix it: a person must look (and
+					// redrive once a worker registers the child's workflow).
+					w.deadLetter(ctx, d, run, err.Error())
+					return
+				}
+				w.retryTransient(d, "start child runs", err)
 				return
 			}
-			w.retryTransient(d, "start child runs", err)
-			return
-		}
-		w.cfg.Metrics.ChildrenStarted(run.Workflow, len(cp.Children))
-		w.at(ctx, AfterPublish, d)
-	} else if cp.FanOut != nil && run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
-		// The step fanned out: its branches go on, or the join when all
-		// are in. Never a message for step n+1 under its own id.
-		var done []checkpoint.Checkpoint
-		if outcome != "committed" { // a fresh commit has no branch done yet
-			var err error
-			if done, err = w.cfg.Store.BranchCheckpoints(ctx, run.ID, run.Step, len(cp.FanOut.Branches)); err != nil {
-				w.retryTransient(d, "read branches", err)
+			w.cfg.Metrics.ChildrenStarted(run.Workflow, len(cmd.Checkpoint.Children))
+		case transition.PublishFanOut:
+			// The step fanned out: its branches go on, or the join when
+			// all are in. Never a message for step n+1 under its own id.
+			var done []checkpoint.Checkpoint
+			if outcome != "committed" { // a fresh commit has no branch done yet
+				var err error
+				if done, err = w.cfg.Store.BranchCheckpoints(ctx, run.ID, run.Step, len(cmd.Checkpoint.FanOut.Branches)); err != nil {
+					w.retryTransient(d, "read branches", err)
+					return
+				}
+			}
+			if _, err := queue.PublishFanOut(underRoot(ctx, run), w.cfg.JetStream, run, cmd.Checkpoint, done, cmd.Suffix); err != nil {
+				w.retryTransient(d, "publish branches", err)
 				return
 			}
-		}
-		if _, err := queue.PublishFanOut(underRoot(ctx, run), w.cfg.JetStream, run, cp, done, ""); err != nil {
-			w.retryTransient(d, "publish branches", err)
-			return
-		}
-		w.at(ctx, AfterPublish, d)
-	} else if run.Status == checkpoint.StatusRunning && run.Step == cp.Step+1 {
-		next := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
-		id := queue.MsgID(run.ID, run.Step)
-		if outcome == "committed" {
-			// This worker's own commit: what the store holds is known.
-			w.sticky.put(id, run, cp)
-		}
-		if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, next, id); err != nil {
-			w.sticky.drop(run.ID)
-			w.retryTransient(d, "publish next", err)
-			return
-		}
-		if outcome == "replayed" {
-			w.c.republished.Add(1)
-			d.log.Info().Msg("step already committed; published the next step again")
+		case transition.PublishStep:
+			next := queue.StepMsg{RunID: run.ID, Workflow: run.Workflow, Step: run.Step, Name: run.StepName}
+			if outcome == "committed" {
+				// This worker's own commit: what the store holds is known.
+				w.sticky.put(cmd.MsgID, run, cp)
+			}
+			if _, err := queue.PublishStep(underRoot(ctx, run), w.cfg.JetStream, next, cmd.MsgID); err != nil {
+				w.sticky.drop(run.ID)
+				w.retryTransient(d, "publish next", err)
+				return
+			}
+			if outcome == "replayed" {
+				w.c.republished.Add(1)
+				d.log.Info().Msg("step already committed; published the next step again")
+			}
+		default:
+			d.log.Error().Str("command", fmt.Sprintf("%T", cmd)).Msg("no way to carry out a command of the step's commit")
+			continue
 		}
 		w.at(ctx, AfterPublish, d)
-	} else if outcome == "replayed" {
+	}
+	if outcome == "replayed" && len(owed) == 0 {
 		d.log.Debug().Msg("step already committed; nothing to do")
 	}
 	w.ack(d)
@@ -392,7 +400,10 @@ func (w *Worker) carryOut(ctx context.Context, log zerolog.Logger, stored checkp
 			if err := w.cfg.Store.IndexDue(ctx, stored.ID, cmd.At); err != nil {
 				log.Warn().Err(err).Msg("deadline index not written; the scheduler will repair it")
 			}
-		case transition.NotifyParent, transition.DeadLetter, transition.StartChildren:
+		case transition.NotifyParent, transition.DeadLetter, transition.StartChildren, transition.PublishStep, transition.PublishFanOut:
+			// A commit's publishes and children are the step protocol's
+			// (continueAfter), the parent is told with the status event
+			// (statusChanged), and deadLetter publishes the dead letter.
 		default:
 			log.Error().Str("command", fmt.Sprintf("%T", cmd)).Msg("no way to carry out a command of the run's change")
 		}
