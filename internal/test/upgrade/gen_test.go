@@ -1,0 +1,53 @@
+//go:build upgradegen
+
+package upgrade
+
+import (
+	"context"
+	"flag"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+)
+
+var out = flag.String("out", "", "directory to write the fixtures' data into (<out>/<store>/nats, <out>/redis/redis)")
+
+// TestWriteFixtures writes the fixtures' data with the code of the
+// checkout it runs in: every run of Runs stopped where the package doc
+// says. testdata/README.md says how to run it at an earlier release.
+func TestWriteFixtures(t *testing.T) {
+	if *out == "" {
+		t.Skip("-out not set")
+	}
+	for _, kind := range []string{"redis", "kv"} {
+		t.Run(kind, func(t *testing.T) {
+			f := deploy(t, kind, filepath.Join(*out, kind))
+			ctx := context.Background()
+			ledger := &Ledger{}
+			// The sleeper's wake is long past when the fixtures are read.
+			reg := Workflows(ledger, true, time.Now().Add(2*time.Second))
+			_, stop := f.StartWorker(reg, nil)
+			for _, id := range Runs[1:] {
+				f.Start(id, id, `{"amount":100}`)
+			}
+			f.WaitStatus(RunApproval, checkpoint.StatusWaiting, 20*time.Second)
+			f.WaitStatus(RunSignal, checkpoint.StatusWaiting, 20*time.Second)
+			f.WaitStatus(RunKid, checkpoint.StatusWaiting, 20*time.Second)
+			f.WaitStatus(RunChildren, checkpoint.StatusWaiting, 20*time.Second)
+			f.WaitStatus(RunSleep, checkpoint.StatusWaiting, 20*time.Second)
+			f.WaitStatus(RunDead, checkpoint.StatusDead, 20*time.Second)
+			stop()
+			// With no worker running, the queued run's first step stays
+			// on the stream (its workflow is registered in the store).
+			f.Start(RunQueued, RunQueued, `{"amount":1}`)
+			if f.Redis != nil {
+				if err := f.Redis.Save(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("%s: ledger %v", kind, ledger.Keys())
+		})
+	}
+}
