@@ -26,6 +26,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
+	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/worker"
 )
 
@@ -53,7 +54,9 @@ func RunWorker(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return err
 	}
-	log := zerolog.New(stderr).Level(o.level).With().Timestamp().Str("component", "bench-worker").Str("mode", o.mode).Logger()
+	// As `durable worker` logs (service.NewLogger: lines logged at once
+	// share a write), at the bench's level.
+	log := service.NewLogger(stderr, "bench-worker").Level(o.level).With().Str("mode", o.mode).Logger()
 
 	nc, err := nats.Connect(o.natsURL, nats.Name("durable-bench-worker"))
 	if err != nil {

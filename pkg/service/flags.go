@@ -55,7 +55,9 @@ func NewFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 // NewLogger returns a JSON logger at DURABLE_LOG_LEVEL (default info; an
-// empty or unknown level never silences logging).
+// empty or unknown level never silences logging). Lines logged at once by
+// many goroutines go to w together, a write for many lines (a worker logs
+// one per step); each call still returns once its line is written.
 func NewLogger(w io.Writer, component string) zerolog.Logger {
 	level := zerolog.InfoLevel
 	if v := os.Getenv("DURABLE_LOG_LEVEL"); v != "" {
@@ -63,7 +65,7 @@ func NewLogger(w io.Writer, component string) zerolog.Logger {
 			level = l
 		}
 	}
-	return zerolog.New(w).Level(level).With().Timestamp().Str("component", component).Logger()
+	return zerolog.New(newGroupWriter(w)).Level(level).With().Timestamp().Str("component", component).Logger()
 }
 
 // ParseArgs parses flags that may come before or after positional
