@@ -548,7 +548,9 @@ type Effect struct {
 	Replayed bool `json:"replayed"`
 }
 
-// Snapshot is what a worker needs to run step n, read in one round trip.
+// Snapshot is what a worker needs to run step n, read in one round trip
+// (Store.Load). For a branch of the fan-out whose join is step n, Current,
+// Journal and Failures are the branch's own.
 type Snapshot struct {
 	Run Run
 	// Current is checkpoint n, nil when step n has not been committed. A
@@ -562,8 +564,8 @@ type Snapshot struct {
 	// Failures recorded for step n, oldest first: at most the last
 	// MaxFailureRecords of them.
 	Failures []Failure
-	// BranchSpend is set by LoadBranch only: what the results of the
-	// fan-out's branches committed so far reported spending (their
+	// BranchSpend is set by Load of a branch only: what the results of
+	// the fan-out's branches committed so far reported spending (their
 	// Checkpoint.Spend), each counted once (see Store.CommitBranch). The
 	// max-spend cap counts it while the branches run; the run record
 	// counts it only when the join commits.
@@ -652,9 +654,16 @@ type Store interface {
 	// CountRuns reads the index's counters: runs per status, in all and
 	// per workflow, without reading any run.
 	CountRuns(ctx context.Context) (RunCounts, error)
-	// Load reads run id with checkpoints n and n-1 and the journal and
-	// failures of step n.
-	Load(ctx context.Context, id string, n int) (Snapshot, error)
+	// Load reads what a worker needs to run the step or branch at of run
+	// id. For step n (AtStep(n)): the run, checkpoints n (Current) and n-1
+	// (Previous), and the journal and failures of step n. For branch i of
+	// the fan-out whose join is step n (AtBranch(n, i)): the run, the
+	// branch's stored outcome (Current, nil while there is none; a
+	// result, or a failure as CommitBranch says), the fan-out's
+	// checkpoint n-1 (Previous), the branch's journal and failures, and
+	// what the fan-out's committed results spent (BranchSpend). A branch
+	// whose join is before step 2, or numbered below 1, is refused.
+	Load(ctx context.Context, id string, at StepRef) (Snapshot, error)
 	// Commit writes cp (step cp.Step) first-writer-wins together with run,
 	// atomically, provided run.Rev is still the stored revision. It returns
 	// the stored run with its new Rev. ErrCheckpointExists when the step was
@@ -667,21 +676,18 @@ type Store interface {
 	Checkpoint(ctx context.Context, id string, n int) (Checkpoint, error)
 	// Checkpoints returns all checkpoints of run id in step order.
 	Checkpoints(ctx context.Context, id string) ([]Checkpoint, error)
-	// RecordCall journals a call of step n first-writer-wins by rec.Name and
-	// returns the record that is stored (the caller's or an earlier one).
-	RecordCall(ctx context.Context, id string, n int, rec CallRecord) (CallRecord, error)
-	// RecordFailure records that an attempt of step n of run id failed and
-	// returns how many failures step n has recorded in all (this one included).
-	// Concurrent calls each count once. The record is stored as f.Trimmed();
-	// ErrNotFound when the run does not exist.
-	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
-	// LoadBranch reads what a worker needs to run branch i of the fan-out
-	// whose join is step n: the run, the branch's stored outcome (Current,
-	// nil while there is none; a result, or a failure as CommitBranch
-	// says), the fan-out's checkpoint n-1 (Previous), the branch's
-	// journal and failures, and what the fan-out's committed results spent
-	// (BranchSpend).
-	LoadBranch(ctx context.Context, id string, n, i int) (Snapshot, error)
+	// RecordCall journals a call of the step or branch at, first writer
+	// wins by rec.Name, and returns the record that is stored (the
+	// caller's or an earlier one). Each branch has a journal of its own,
+	// apart from its join's.
+	RecordCall(ctx context.Context, id string, at StepRef, rec CallRecord) (CallRecord, error)
+	// RecordFailure records that an attempt of the step or branch at of
+	// run id failed and returns how many failures it has recorded in all
+	// (this one included); each branch counts its own, apart from its
+	// join's. Concurrent calls each count once. The record is stored as
+	// f.Trimmed(); ErrNotFound when the run does not exist. Steps and
+	// branches count from 1.
+	RecordFailure(ctx context.Context, id string, at StepRef, f Failure) (int, error)
 	// CommitBranch writes the outcome of branch cp.Branch of the fan-out
 	// whose join is step cp.Step on the branch's own key, first writer
 	// wins, and returns how many of the fan-out's branches it counted
@@ -690,7 +696,7 @@ type Store interface {
 	// not listed by BranchCheckpoints, and holds only for the run's
 	// Redrives it was stored under: the first outcome written with a
 	// higher cp.Redrives replaces it. Any other outcome stored before is
-	// not written over: ErrCheckpointExists (LoadBranch says which), with
+	// not written over: ErrCheckpointExists (Load says which), with
 	// the count all the same when the stored outcome is a result, so that
 	// a writer that died before acting on its count learns it on
 	// redelivery. A result's Spend joins the fan-out's sum (see
@@ -707,12 +713,6 @@ type Store interface {
 	// 1..total of the fan-out whose join is step n, in branch order:
 	// results only, never a stored failure.
 	BranchCheckpoints(ctx context.Context, id string, n, total int) ([]Checkpoint, error)
-	// RecordBranchCall is RecordCall for branch i of the fan-out whose
-	// join is step n: each branch has a journal of its own.
-	RecordBranchCall(ctx context.Context, id string, n, i int, rec CallRecord) (CallRecord, error)
-	// RecordBranchFailure is RecordFailure for branch i of the fan-out
-	// whose join is step n: each branch counts its own failures.
-	RecordBranchFailure(ctx context.Context, id string, n, i int, f Failure) (int, error)
 	// IndexDue puts run id in the deadline index at time at (replacing an
 	// earlier entry): the scheduler claims it once at is past. The index is
 	// separate from the run record (one Redis Cluster slot per run); a
