@@ -184,7 +184,7 @@ func cmpOr(s, otherwise string) string {
 }
 
 // copyRegistration registers workflow on to as it is registered on from.
-func copyRegistration(ctx context.Context, from, to checkpoint.Store, workflow string) error {
+func copyRegistration(ctx context.Context, from, to checkpoint.Registry, workflow string) error {
 	infos, err := from.Workflows(ctx)
 	if err != nil {
 		return fmt.Errorf("read registered workflows: %w", err)
@@ -340,7 +340,7 @@ func (h *historyPhase) parkWaiting(ctx context.Context, s *historyStore) error {
 
 // awaitRegistered polls store's workflows until workflow is among them,
 // for at most within: a worker that said it is ready registered it.
-func awaitRegistered(ctx context.Context, store checkpoint.Store, workflow string, within time.Duration) error {
+func awaitRegistered(ctx context.Context, store checkpoint.Registry, workflow string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		infos, err := store.Workflows(ctx)
@@ -364,7 +364,7 @@ func awaitRegistered(ctx context.Context, store checkpoint.Store, workflow strin
 }
 
 // awaitWaiting polls run id until it waits, for at most within.
-func awaitWaiting(ctx context.Context, store checkpoint.Store, id string, within time.Duration) error {
+func awaitWaiting(ctx context.Context, store checkpoint.Runs, id string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
 		run, err := store.GetRun(ctx, id)

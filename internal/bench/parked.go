@@ -465,7 +465,7 @@ func (b *Bench) runSweep(ctx context.Context, s *sweepRun, res *ParkedResult) er
 // verifyExpired checks in the store that every run in ids no longer
 // waits and has the scheduler's expiry recorded as its last decision. It
 // returns how many it checked.
-func verifyExpired(ctx context.Context, store checkpoint.Store, ids []string) (int, error) {
+func verifyExpired(ctx context.Context, store checkpoint.Runs, ids []string) (int, error) {
 	runs, err := store.ListRuns(ctx, checkpoint.Filter{Workflow: ParkWorkflow})
 	if err != nil {
 		return 0, fmt.Errorf("verify expired runs: %w", err)

@@ -205,7 +205,7 @@ func crashedAt(logPath string) string {
 	return " while running " + run + " " + fmt.Sprintf(what, step)
 }
 
-func (d *demo) waitRegistered(ctx context.Context, store checkpoint.Store) error {
+func (d *demo) waitRegistered(ctx context.Context, store checkpoint.Registry) error {
 	for {
 		infos, err := store.Workflows(ctx)
 		if err == nil {

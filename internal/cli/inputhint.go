@@ -18,7 +18,7 @@ import (
 // declares no schema. It names nothing of another workflow, and says
 // nothing when the workflows cannot be read or no worker registered this
 // one (the start says so once the input parses).
-func inputHint(ctx context.Context, store checkpoint.Store, workflow string) string {
+func inputHint(ctx context.Context, store checkpoint.Registry, workflow string) string {
 	infos, err := store.Workflows(ctx)
 	if err != nil {
 		return ""

@@ -28,7 +28,7 @@ func (e *runMissing) Unwrap() error { return e.err }
 // may be about something else of a run that exists (a checkpoint). An
 // invalid id, or an error with a second cause (an archive that could not
 // be read), keeps its words: they say more.
-func missingRun(ctx context.Context, store checkpoint.Store, id string, err error) error {
+func missingRun(ctx context.Context, store checkpoint.Runs, id string, err error) error {
 	if !errors.Is(err, errNotFound) || !checkpoint.ValidID(id) || hasSecondCause(err) {
 		return err
 	}

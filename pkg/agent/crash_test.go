@@ -457,7 +457,7 @@ func TestCrashAfterModelCall(t *testing.T) {
 	}
 	first := served[0]
 	t.Logf("the model chose %s with nonce %s", first.Tool, first.Nonce)
-	snap, err := store.Load(ctx, crashRun, 1)
+	snap, err := store.Load(ctx, crashRun, checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatal(err)
 	}

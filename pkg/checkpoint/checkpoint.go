@@ -551,7 +551,9 @@ type Effect struct {
 	Replayed bool `json:"replayed"`
 }
 
-// Snapshot is what a worker needs to run step n, read in one round trip.
+// Snapshot is what a worker needs to run step n, read in one round trip
+// (Store.Load). For a branch of the fan-out whose join is step n, Current,
+// Journal and Failures are the branch's own.
 type Snapshot struct {
 	Run Run
 	// Current is checkpoint n, nil when step n has not been committed. A
@@ -565,8 +567,8 @@ type Snapshot struct {
 	// Failures recorded for step n, oldest first: at most the last
 	// MaxFailureRecords of them.
 	Failures []Failure
-	// BranchSpend is set by LoadBranch only: what the results of the
-	// fan-out's branches committed so far reported spending (their
+	// BranchSpend is set by Load of a branch only: what the results of
+	// the fan-out's branches committed so far reported spending (their
 	// Checkpoint.Spend), each counted once (see Store.CommitBranch). The
 	// max-spend cap counts it while the branches run; the run record
 	// counts it only when the join commits.
@@ -631,126 +633,6 @@ type WorkflowInfo struct {
 	// steps.Workflow.InputSchema); empty: any JSON object.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 	UpdatedAt   time.Time       `json:"updated_at"`
-}
-
-// Store persists runs, checkpoints and call journals. Implementations:
-// redisstore (fleet default) and kvstore (JetStream KV, embedded default).
-// Every implementation passes checkpointtest.Run.
-type Store interface {
-	// CreateRun stores a new run. If the id is taken it returns the existing
-	// run and ErrRunExists, and changes nothing.
-	CreateRun(ctx context.Context, run Run) (Run, error)
-	// GetRun returns the run or ErrNotFound.
-	GetRun(ctx context.Context, id string) (Run, error)
-	// ListRuns returns the runs matching f, oldest first. It reads the
-	// index, so it costs what the runs that match cost: a listing of live
-	// statuses (running, waiting) costs the live work; one of every run,
-	// or of an ended status, costs the history the store keeps. Listings
-	// for people page with PageRuns.
-	ListRuns(ctx context.Context, f Filter) ([]Run, error)
-	// PageRuns returns one page of the runs matching q, newest first (see
-	// Cursor): it reads the page's runs and index entries, whatever the
-	// store holds besides. An invalid query is refused (q.Validate).
-	PageRuns(ctx context.Context, q PageQuery) (RunPage, error)
-	// CountRuns reads the index's counters: runs per status, in all and
-	// per workflow, without reading any run.
-	CountRuns(ctx context.Context) (RunCounts, error)
-	// Load reads run id with checkpoints n and n-1 and the journal and
-	// failures of step n.
-	Load(ctx context.Context, id string, n int) (Snapshot, error)
-	// Commit writes cp (step cp.Step) first-writer-wins together with run,
-	// atomically, provided run.Rev is still the stored revision. It returns
-	// the stored run with its new Rev. ErrCheckpointExists when the step was
-	// already committed (nothing written), ErrConflict when the run moved.
-	Commit(ctx context.Context, run Run, cp Checkpoint) (Run, error)
-	// UpdateRun replaces the run if run.Rev is still the stored revision
-	// (ErrConflict otherwise) and returns it with its new Rev.
-	UpdateRun(ctx context.Context, run Run) (Run, error)
-	// Checkpoint returns checkpoint n of run id, or ErrNotFound.
-	Checkpoint(ctx context.Context, id string, n int) (Checkpoint, error)
-	// Checkpoints returns all checkpoints of run id in step order.
-	Checkpoints(ctx context.Context, id string) ([]Checkpoint, error)
-	// RecordCall journals a call of step n first-writer-wins by rec.Name and
-	// returns the record that is stored (the caller's or an earlier one).
-	RecordCall(ctx context.Context, id string, n int, rec CallRecord) (CallRecord, error)
-	// RecordFailure records that an attempt of step n of run id failed and
-	// returns how many failures step n has recorded in all (this one included).
-	// Concurrent calls each count once. The record is stored as f.Trimmed();
-	// ErrNotFound when the run does not exist.
-	RecordFailure(ctx context.Context, id string, n int, f Failure) (int, error)
-	// LoadBranch reads what a worker needs to run branch i of the fan-out
-	// whose join is step n: the run, the branch's stored outcome (Current,
-	// nil while there is none; a result, or a failure as CommitBranch
-	// says), the fan-out's checkpoint n-1 (Previous), the branch's
-	// journal and failures, and what the fan-out's committed results spent
-	// (BranchSpend).
-	LoadBranch(ctx context.Context, id string, n, i int) (Snapshot, error)
-	// CommitBranch writes the outcome of branch cp.Branch of the fan-out
-	// whose join is step cp.Step on the branch's own key, first writer
-	// wins, and returns how many of the fan-out's branches it counted
-	// committed after its write. The outcome is a result, or the branch's
-	// failure: a checkpoint with Status StatusDead, which is not counted,
-	// not listed by BranchCheckpoints, and holds only for the run's
-	// Redrives it was stored under: the first outcome written with a
-	// higher cp.Redrives replaces it. Any other outcome stored before is
-	// not written over: ErrCheckpointExists (LoadBranch says which), with
-	// the count all the same when the stored outcome is a result, so that
-	// a writer that died before acting on its count learns it on
-	// redelivery. A result's Spend joins the fan-out's sum (see
-	// Snapshot.BranchSpend) once, at the latest when the CommitBranch
-	// calls running when it was stored have returned: a store may leave
-	// it to a later writer that is bound to count after it, as with the
-	// count.
-	// Once every branch is committed, at least one of their
-	// writers counts them all; a store may answer 0 to a writer when a
-	// later one is bound to count after it, and answers 0 to a failure's.
-	// ErrNotFound when the run does not exist.
-	CommitBranch(ctx context.Context, cp Checkpoint) (int, error)
-	// BranchCheckpoints returns the committed checkpoints among branches
-	// 1..total of the fan-out whose join is step n, in branch order:
-	// results only, never a stored failure.
-	BranchCheckpoints(ctx context.Context, id string, n, total int) ([]Checkpoint, error)
-	// RecordBranchCall is RecordCall for branch i of the fan-out whose
-	// join is step n: each branch has a journal of its own.
-	RecordBranchCall(ctx context.Context, id string, n, i int, rec CallRecord) (CallRecord, error)
-	// RecordBranchFailure is RecordFailure for branch i of the fan-out
-	// whose join is step n: each branch counts its own failures.
-	RecordBranchFailure(ctx context.Context, id string, n, i int, f Failure) (int, error)
-	// IndexDue puts run id in the deadline index at time at (replacing an
-	// earlier entry): the scheduler claims it once at is past. The index is
-	// separate from the run record (one Redis Cluster slot per run); a
-	// missing entry is repaired by the scheduler from the run records.
-	IndexDue(ctx context.Context, id string, at time.Time) error
-	// UnindexDue removes run id from the deadline index (no error if absent).
-	UnindexDue(ctx context.Context, id string) error
-	// ClaimDue atomically claims up to limit run ids whose due time is at or
-	// before now, hiding each from other claimers for lease: concurrent
-	// schedulers never claim the same entry at once, and an entry whose
-	// claimer died is claimed again after the lease. The claimer removes
-	// or re-indexes the entry when it is done. Ids come in the order they
-	// became claimable (the due time, or the end of a lapsed lease); times
-	// count in milliseconds; limit must be at least 1 and lease at least 1ms.
-	ClaimDue(ctx context.Context, now time.Time, limit int, lease time.Duration) ([]string, error)
-	// FinishDue ends the claims of the runs in done that one ClaimDue made
-	// at now with lease (leaseUntil = now + lease), all in one call (one
-	// round trip where the store can): each entry still as that claim left
-	// it moves to its Next, or is removed when Next is zero. An entry
-	// written since, by a worker parking the run again (IndexDue) or by a
-	// later claim after the lease lapsed, is left alone: the claimer's
-	// view of the run is older than that writer's. No error for an absent
-	// entry; an invalid id fails the call before any entry changes.
-	FinishDue(ctx context.Context, leaseUntil time.Time, done ...DueNext) error
-	// RegisterWorkflow records (or refreshes) a workflow a worker runs.
-	RegisterWorkflow(ctx context.Context, info WorkflowInfo) error
-	// Workflows lists registered workflows, one entry per name and version.
-	Workflows(ctx context.Context) ([]WorkflowInfo, error)
-}
-
-// DueNext is where FinishDue moves run ID's entry of the deadline index:
-// to Next, or out of the index when Next is zero (the run is due no more).
-type DueNext struct {
-	ID   string
-	Next time.Time
 }
 
 // Budget bounds checkpoint size: over Warn a commit is logged, over Max it is

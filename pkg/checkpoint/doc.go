@@ -7,7 +7,7 @@
 // and commits the step's output first-writer-wins together with the run's
 // new cursor:
 //
-//	snap, err := store.Load(ctx, runID, n)
+//	snap, err := store.Load(ctx, runID, checkpoint.AtStep(n))
 //	if err != nil {
 //		return err
 //	}
@@ -26,6 +26,11 @@
 //	case errors.Is(err, checkpoint.ErrConflict):
 //		// the run moved (cancelled, parked, redriven): Load again
 //	}
+//
+// A branch of a fan-out is read, journaled and counted the same way, named
+// by its fan-out's join: checkpoint.AtBranch(n, i) is branch i of the
+// fan-out whose join is step n (see StepRef). Its outcome is written with
+// CommitBranch.
 //
 // Run.Rev is the store's revision of the run record. Every write of a run
 // (Commit, UpdateRun) is a compare-and-set on it, so a cancel and a commit

@@ -56,3 +56,14 @@ func ExampleRun_Spill() {
 	// 50 audit entries from sequence 0 moved; 100 kept
 	// 0 true
 }
+
+// A step, and a branch of a fan-out: the branches of the fan-out that
+// step 3 returned are named by their join, step 4.
+func ExampleStepRef() {
+	for _, at := range []checkpoint.StepRef{checkpoint.AtStep(4), checkpoint.AtBranch(4, 2)} {
+		fmt.Println(at, at.IsBranch())
+	}
+	// Output:
+	// 4 false
+	// 4.2 true
+}

@@ -272,7 +272,7 @@ func (c *Client) viewCheckpoint(ctx context.Context, v *RunView, run checkpoint.
 		v.Effects = append(v.Effects, ev)
 	}
 	if cp.Attempt > 1 {
-		snap, err := c.store.Load(ctx, run.ID, cp.Step)
+		snap, err := c.store.Load(ctx, run.ID, checkpoint.AtStep(cp.Step))
 		if err != nil {
 			return cv, fmt.Errorf("failures of %s:%d: %w", run.ID, cp.Step, err)
 		}
@@ -301,14 +301,14 @@ func (c *Client) viewCheckpoint(ctx context.Context, v *RunView, run checkpoint.
 // branch of a dead fan-out, or of the running or dead step.
 func (c *Client) pendingFailures(ctx context.Context, run checkpoint.Run, committed bool) ([]checkpoint.Failure, error) {
 	if run.Status == checkpoint.StatusDead && run.FailedBranch > 0 {
-		snap, err := c.store.LoadBranch(ctx, run.ID, run.Step, run.FailedBranch)
+		snap, err := c.store.Load(ctx, run.ID, checkpoint.AtBranch(run.Step, run.FailedBranch))
 		if err != nil {
 			return nil, fmt.Errorf("failures of %s:%d.%d: %w", run.ID, run.Step, run.FailedBranch, err)
 		}
 		return snap.Failures, nil
 	}
 	if (run.Status == checkpoint.StatusRunning || run.Status == checkpoint.StatusDead) && !committed && run.Step > 0 {
-		snap, err := c.store.Load(ctx, run.ID, run.Step)
+		snap, err := c.store.Load(ctx, run.ID, checkpoint.AtStep(run.Step))
 		if err != nil {
 			return nil, fmt.Errorf("failures of %s:%d: %w", run.ID, run.Step, err)
 		}

@@ -107,7 +107,7 @@ func fillEnded(b *testing.B, f *testfleet.Fleet, n int) {
 					b.Error(err)
 					return
 				}
-				if _, err := f.Store.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"}); err != nil {
+				if _, err := f.Store.RecordCall(ctx, id, checkpoint.AtStep(1), checkpoint.CallRecord{Name: "model"}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -139,7 +139,7 @@ func fillClaims9(b *testing.B, f *testfleet.Fleet, n, branches int) {
 			return err
 		}
 		for step := 1; step <= 9; step++ {
-			if _, err := f.Store.RecordCall(ctx, id, step, checkpoint.CallRecord{Name: "model", Result: []byte(`{"ok":true}`), At: old}); err != nil {
+			if _, err := f.Store.RecordCall(ctx, id, checkpoint.AtStep(step), checkpoint.CallRecord{Name: "model", Result: []byte(`{"ok":true}`), At: old}); err != nil {
 				return err
 			}
 			cp := checkpoint.Checkpoint{Step: step, Name: "s" + strconv.Itoa(step), State: state, At: old, Status: checkpoint.StatusRunning}
@@ -182,7 +182,7 @@ func fillClaims9(b *testing.B, f *testfleet.Fleet, n, branches int) {
 // a journal and a result each.
 func fillBranches(ctx context.Context, s checkpoint.Store, id string, branches int, state []byte) error {
 	for i := 1; i <= branches; i++ {
-		if _, err := s.RecordBranchCall(ctx, id, 4, i, checkpoint.CallRecord{Name: "model", Result: []byte(`{"ok":true}`)}); err != nil {
+		if _, err := s.RecordCall(ctx, id, checkpoint.AtBranch(4, i), checkpoint.CallRecord{Name: "model", Result: []byte(`{"ok":true}`)}); err != nil {
 			return err
 		}
 		if _, err := s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: id, Step: 4, Branch: i, Of: branches, State: state}); err != nil {

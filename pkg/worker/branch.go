@@ -21,7 +21,7 @@ import (
 func (w *Worker) branch(ctx context.Context, d *delivery) {
 	m := d.m
 	n, i := m.BranchOf, m.Branch
-	snap, err := w.cfg.Store.LoadBranch(ctx, m.RunID, n, i)
+	snap, err := w.cfg.Store.Load(ctx, m.RunID, checkpoint.AtBranch(n, i))
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		w.unknownRun(d)
 		return
@@ -273,7 +273,7 @@ func (w *Worker) branchStored(ctx context.Context, d *delivery, run checkpoint.R
 // afterLostBranch reloads the branch after this delivery's outcome lost to
 // another's and goes on with the stored one.
 func (w *Worker) afterLostBranch(ctx context.Context, d *delivery) {
-	snap, err := w.cfg.Store.LoadBranch(ctx, d.m.RunID, d.m.BranchOf, d.m.Branch)
+	snap, err := w.cfg.Store.Load(ctx, d.m.RunID, checkpoint.AtBranch(d.m.BranchOf, d.m.Branch))
 	if err != nil {
 		w.retryTransient(d, "reload branch", err)
 		return

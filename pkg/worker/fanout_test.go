@@ -133,7 +133,7 @@ func TestFanOutJoin(t *testing.T) {
 			if !failed.Load() || joins.Load() != 1 {
 				t.Fatalf("branch 7 failed: %v; the join ran %d times, want once", failed.Load(), joins.Load())
 			}
-			b7, err := f.Store.LoadBranch(context.Background(), "fan-1", 2, 7)
+			b7, err := f.Store.Load(context.Background(), "fan-1", checkpoint.AtBranch(2, 7))
 			if err != nil || len(b7.Failures) != 1 || b7.Current == nil || b7.Current.Effects[0].Key != "fan-1:step2.7" || !b7.Current.Effects[0].Replayed {
 				t.Fatalf("branch 7: failures %+v, checkpoint %+v (%v): want one failure and the effect replayed from the journal", b7.Failures, b7.Current, err)
 			}
@@ -281,7 +281,7 @@ func TestBranchDeadWrittenByPreviousCode(t *testing.T) {
 				}
 			}
 			for a := 1; a <= 3; a++ {
-				if _, err := s.RecordBranchFailure(ctx, "fan-old", 2, 2, checkpoint.Failure{Attempt: a, Error: "ledger down"}); err != nil {
+				if _, err := s.RecordFailure(ctx, "fan-old", checkpoint.AtBranch(2, 2), checkpoint.Failure{Attempt: a, Error: "ledger down"}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -196,6 +196,15 @@ func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
 	w.step(ctx, d)
 }
 
+// stepRef names what message m runs in the store: its step, or its
+// branch of the fan-out whose join is m.BranchOf.
+func stepRef(m queue.StepMsg) checkpoint.StepRef {
+	if m.Branch > 0 {
+		return checkpoint.AtBranch(m.BranchOf, m.Branch)
+	}
+	return checkpoint.AtStep(m.Step)
+}
+
 // settling is a delivery's message that stops its heartbeat before it is
 // acked, handed back or terminated: no InProgress follows the outcome (the
 // server would apply it to the message's next delivery, or stretch a
@@ -314,7 +323,7 @@ func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.
 
 // afterLostCommit reloads after losing a commit and continues from the store.
 func (w *Worker) afterLostCommit(ctx context.Context, d *delivery) {
-	snap, err := w.cfg.Store.Load(ctx, d.m.RunID, d.m.Step)
+	snap, err := w.cfg.Store.Load(ctx, d.m.RunID, checkpoint.AtStep(d.m.Step))
 	if err != nil {
 		w.retryTransient(d, "reload after lost commit", err)
 		return
@@ -433,13 +442,7 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 		// redeliveries after crashes or store outages are not the step's
 		// failures and must not use up its attempts.
 		f := checkpoint.Failure{Attempt: d.attempt, Error: err.Error(), At: time.Now().UTC()}
-		var failures int
-		var ferr error
-		if d.m.Branch > 0 {
-			failures, ferr = w.cfg.Store.RecordBranchFailure(ctx, run.ID, d.m.BranchOf, d.m.Branch, f)
-		} else {
-			failures, ferr = w.cfg.Store.RecordFailure(ctx, run.ID, d.m.Step, f)
-		}
+		failures, ferr := w.cfg.Store.RecordFailure(ctx, run.ID, stepRef(d.m), f)
 		if ferr != nil {
 			w.retryTransient(d, "record failure", ferr)
 			return
@@ -713,13 +716,7 @@ func (r recorder) RecordCall(ctx context.Context, rec checkpoint.CallRecord) (ch
 	r.w.at(ctx, AfterCall, r.d)
 	name := rec.Name
 	rec.Name = genPrefix(r.gen) + name
-	var stored checkpoint.CallRecord
-	var err error
-	if m := r.d.m; m.Branch > 0 {
-		stored, err = r.w.cfg.Store.RecordBranchCall(ctx, m.RunID, m.BranchOf, m.Branch, rec)
-	} else {
-		stored, err = r.w.cfg.Store.RecordCall(ctx, m.RunID, m.Step, rec)
-	}
+	stored, err := r.w.cfg.Store.RecordCall(ctx, r.d.m.RunID, stepRef(r.d.m), rec)
 	if err == nil && string(stored.Result) == string(rec.Result) && stored.ArgsSHA256 == rec.ArgsSHA256 {
 		r.w.at(ctx, AfterRecord, r.d)
 	}

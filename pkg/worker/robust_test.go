@@ -80,7 +80,7 @@ type flakyStore struct {
 	recordFails int // RecordCall failures to inject, any run
 }
 
-func (f *flakyStore) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+func (f *flakyStore) RecordCall(ctx context.Context, id string, at checkpoint.StepRef, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
 	f.mu.Lock()
 	if f.recordFails > 0 {
 		f.recordFails--
@@ -88,12 +88,12 @@ func (f *flakyStore) RecordCall(ctx context.Context, id string, n int, rec check
 		return checkpoint.CallRecord{}, errUnavailable
 	}
 	f.mu.Unlock()
-	return f.Store.RecordCall(ctx, id, n, rec)
+	return f.Store.RecordCall(ctx, id, at, rec)
 }
 
 var errUnavailable = errors.New("store unavailable (injected)")
 
-func (f *flakyStore) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
+func (f *flakyStore) Load(ctx context.Context, id string, at checkpoint.StepRef) (checkpoint.Snapshot, error) {
 	f.mu.Lock()
 	if f.fails[id] > 0 {
 		f.fails[id]--
@@ -101,7 +101,7 @@ func (f *flakyStore) Load(ctx context.Context, id string, n int) (checkpoint.Sna
 		return checkpoint.Snapshot{}, errUnavailable
 	}
 	f.mu.Unlock()
-	return f.Store.Load(ctx, id, n)
+	return f.Store.Load(ctx, id, at)
 }
 
 // Store outages don't use up a step's attempts: only failures of the body do.
@@ -123,7 +123,7 @@ func TestStoreOutageDoesNotUseAttempts(t *testing.T) {
 	if len(cps) != 1 || cps[0].Attempt < 6 {
 		t.Fatalf("checkpoints %+v: want one, committed after 4 outages and 1 failure", cps)
 	}
-	snap, err := h.store.Load(context.Background(), "o-1", 1)
+	snap, err := h.store.Load(context.Background(), "o-1", checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestJournalOutageDoesNotUseAttempts(t *testing.T) {
 	h.startWorker(steps.NewRegistry().MustRegister(flow), func(c *worker.Config) { c.Store = flaky })
 	h.start("journal-outage", "jo-1", "")
 	h.waitStatus("jo-1", checkpoint.StatusCompleted, 60*time.Second)
-	snap, err := h.store.Load(context.Background(), "jo-1", 1)
+	snap, err := h.store.Load(context.Background(), "jo-1", checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func (w *Worker) load(ctx context.Context, d *delivery) (snap checkpoint.Snapsho
 	if sticky {
 		w.c.sticky.Add(1)
 	} else {
-		snap, err = w.cfg.Store.Load(ctx, m.RunID, m.Step)
+		snap, err = w.cfg.Store.Load(ctx, m.RunID, checkpoint.AtStep(m.Step))
 	}
 	if errors.Is(err, checkpoint.ErrNotFound) {
 		w.unknownRun(d)

@@ -35,7 +35,7 @@ func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() b
 // WaitWorkflows waits until the store holds a registration of every
 // workflow of names: a worker registers its workflows one by one, so a
 // test that starts a run as soon as any is registered races the rest.
-func WaitWorkflows(tb testing.TB, store checkpoint.Store, timeout time.Duration, names ...string) {
+func WaitWorkflows(tb testing.TB, store checkpoint.Registry, timeout time.Duration, names ...string) {
 	tb.Helper()
 	Eventually(tb, timeout, fmt.Sprintf("workflows %v registered", names), func() bool {
 		infos, err := store.Workflows(context.Background())

@@ -38,12 +38,12 @@ func branchCheckpoint(id string, n, i int, by string) checkpoint.Checkpoint {
 // listed, without moving the run or showing among the run's steps.
 func testBranchCommit(t *testing.T, s checkpoint.Store) {
 	run, fan := fanOutRun(t, s, "fan-1", 3)
-	snap, err := s.LoadBranch(ctx(t), "fan-1", 2, 1)
+	snap, err := s.Load(ctx(t), "fan-1", checkpoint.AtBranch(2, 1))
 	if err != nil {
-		t.Fatalf("LoadBranch: %v", err)
+		t.Fatalf("Load branch: %v", err)
 	}
 	if snap.Current != nil || snap.Previous == nil || len(snap.Journal) != 0 || len(snap.Failures) != 0 {
-		t.Fatalf("LoadBranch before any commit: %+v", snap)
+		t.Fatalf("Load branch before any commit: %+v", snap)
 	}
 	sameCheckpoint(t, "the fan-out read by a branch", *snap.Previous, fan)
 	sameJSON(t, "run read by a branch", snap.Run, run)
@@ -65,9 +65,9 @@ func testBranchCommit(t *testing.T, s checkpoint.Store) {
 		t.Fatalf("second commit of branch 1 counted %d, want 3 (or 0: a later writer counted)", n)
 	}
 
-	snap, err = s.LoadBranch(ctx(t), "fan-1", 2, 2)
+	snap, err = s.Load(ctx(t), "fan-1", checkpoint.AtBranch(2, 2))
 	if err != nil || snap.Current == nil {
-		t.Fatalf("LoadBranch after commit: %+v, %v", snap.Current, err)
+		t.Fatalf("Load branch after commit: %+v, %v", snap.Current, err)
 	}
 	sameCheckpoint(t, "branch 2", *snap.Current, branchCheckpoint("fan-1", 2, 2, "first"))
 	got, err := s.BranchCheckpoints(ctx(t), "fan-1", 2, 3)
@@ -87,7 +87,7 @@ func testBranchCommit(t *testing.T, s checkpoint.Store) {
 	if err != nil || len(all) != 1 || all[0].Step != 1 {
 		t.Fatalf("Checkpoints lists %d (%v): the run's steps are step 1 only", len(all), err)
 	}
-	join, err := s.Load(ctx(t), "fan-1", 2)
+	join, err := s.Load(ctx(t), "fan-1", checkpoint.AtStep(2))
 	if err != nil || join.Current != nil || join.Previous == nil || join.Previous.FanOut == nil {
 		t.Fatalf("Load of the join: %+v, %v", join, err)
 	}
@@ -99,25 +99,25 @@ func testBranchJournalsAndFailures(t *testing.T, s checkpoint.Store) {
 	fanOutRun(t, s, "fan-2", 2)
 	for i := 1; i <= 2; i++ {
 		rec := call("pay", fmt.Sprintf(`"paid-%d"`, i), 0)
-		stored, err := s.RecordBranchCall(ctx(t), "fan-2", 2, i, rec)
+		stored, err := s.RecordCall(ctx(t), "fan-2", checkpoint.AtBranch(2, i), rec)
 		if err != nil || string(stored.Result) != string(rec.Result) {
-			t.Fatalf("RecordBranchCall %d = %s, %v: branches share a journal", i, stored.Result, err)
+			t.Fatalf("RecordCall branch %d = %s, %v: branches share a journal", i, stored.Result, err)
 		}
 	}
-	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 1, failure(1, "down")); err != nil || n != 1 {
-		t.Fatalf("RecordBranchFailure 1 = %d, %v", n, err)
+	if n, err := s.RecordFailure(ctx(t), "fan-2", checkpoint.AtBranch(2, 1), failure(1, "down")); err != nil || n != 1 {
+		t.Fatalf("RecordFailure branch 1 = %d, %v", n, err)
 	}
-	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 1, failure(2, "down")); err != nil || n != 2 {
-		t.Fatalf("RecordBranchFailure 1 again = %d, %v", n, err)
+	if n, err := s.RecordFailure(ctx(t), "fan-2", checkpoint.AtBranch(2, 1), failure(2, "down")); err != nil || n != 2 {
+		t.Fatalf("RecordFailure branch 1 again = %d, %v", n, err)
 	}
-	if n, err := s.RecordBranchFailure(ctx(t), "fan-2", 2, 2, failure(1, "down")); err != nil || n != 1 {
-		t.Fatalf("RecordBranchFailure 2 = %d, %v: branches share a failure count", n, err)
+	if n, err := s.RecordFailure(ctx(t), "fan-2", checkpoint.AtBranch(2, 2), failure(1, "down")); err != nil || n != 1 {
+		t.Fatalf("RecordFailure branch 2 = %d, %v: branches share a failure count", n, err)
 	}
-	snap, err := s.LoadBranch(ctx(t), "fan-2", 2, 2)
+	snap, err := s.Load(ctx(t), "fan-2", checkpoint.AtBranch(2, 2))
 	if err != nil || len(snap.Journal) != 1 || string(snap.Journal[0].Result) != `"paid-2"` || len(snap.Failures) != 1 {
-		t.Fatalf("LoadBranch 2: journal %+v failures %+v (%v)", snap.Journal, snap.Failures, err)
+		t.Fatalf("Load branch 2: journal %+v failures %+v (%v)", snap.Journal, snap.Failures, err)
 	}
-	join, err := s.Load(ctx(t), "fan-2", 2)
+	join, err := s.Load(ctx(t), "fan-2", checkpoint.AtStep(2))
 	if err != nil || len(join.Journal) != 0 || len(join.Failures) != 0 {
 		t.Fatalf("the join sees branch records: journal %+v failures %+v (%v)", join.Journal, join.Failures, err)
 	}
@@ -201,7 +201,7 @@ func testBranchCommitConcurrent(t *testing.T, s checkpoint.Store) {
 	for _, cp := range got {
 		sameCheckpoint(t, fmt.Sprint("branch ", cp.Branch), cp, spending("fan-3", 2, cp.Branch, fmt.Sprint("writer-", winner[cp.Branch])))
 	}
-	snap, err := s.LoadBranch(ctx(t), "fan-3", 2, 1)
+	snap, err := s.Load(ctx(t), "fan-3", checkpoint.AtBranch(2, 1))
 	if want := float64(total * (total + 1) / 2); err != nil || snap.BranchSpend != want {
 		t.Fatalf("BranchSpend = %v, %v; want %v: each branch's spend once", snap.BranchSpend, err, want)
 	}
@@ -228,7 +228,7 @@ func testBranchOutcome(t *testing.T, s checkpoint.Store) {
 	// A result first: a failure of the branch is refused.
 	_, err := s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 1, 0))
 	wantErr(t, "failure after a result", err, checkpoint.ErrCheckpointExists)
-	if snap, err := s.LoadBranch(ctx(t), "fan-o", 2, 1); err != nil || snap.Current == nil || snap.Current.Failed() {
+	if snap, err := s.Load(ctx(t), "fan-o", checkpoint.AtBranch(2, 1)); err != nil || snap.Current == nil || snap.Current.Failed() {
 		t.Fatalf("branch 1 after a refused failure: %+v, %v; want its result", snap.Current, err)
 	}
 
@@ -240,7 +240,7 @@ func testBranchOutcome(t *testing.T, s checkpoint.Store) {
 	wantErr(t, "result after a failure", err, checkpoint.ErrCheckpointExists)
 	_, err = s.CommitBranch(ctx(t), branchFailure("fan-o", 2, 2, 0))
 	wantErr(t, "second failure", err, checkpoint.ErrCheckpointExists)
-	snap, err := s.LoadBranch(ctx(t), "fan-o", 2, 2)
+	snap, err := s.Load(ctx(t), "fan-o", checkpoint.AtBranch(2, 2))
 	if err != nil || snap.Current == nil || !snap.Current.Failed() || snap.Current.Error != "ledger refused" {
 		t.Fatalf("branch 2 after a failure: %+v, %v; want the failure", snap.Current, err)
 	}
@@ -282,9 +282,9 @@ func testBranchSpend(t *testing.T, s checkpoint.Store) {
 	run, _ := fanOutRun(t, s, "fan-s", 4)
 	spendOf := func(i int) float64 {
 		t.Helper()
-		snap, err := s.LoadBranch(ctx(t), "fan-s", 2, i)
+		snap, err := s.Load(ctx(t), "fan-s", checkpoint.AtBranch(2, i))
 		if err != nil {
-			t.Fatalf("LoadBranch %d: %v", i, err)
+			t.Fatalf("Load branch %d: %v", i, err)
 		}
 		return snap.BranchSpend
 	}
@@ -329,14 +329,37 @@ func testBranchSpend(t *testing.T, s checkpoint.Store) {
 	if got := spendOf(4); got != 3.75 {
 		t.Fatalf("BranchSpend after branch 2's result = %v, want 3.75", got)
 	}
-	if join, err := s.Load(ctx(t), "fan-s", 2); err != nil || join.BranchSpend != 0 {
+	if join, err := s.Load(ctx(t), "fan-s", checkpoint.AtStep(2)); err != nil || join.BranchSpend != 0 {
 		t.Fatalf("Load of the join: BranchSpend %v, %v; want 0: the join reads the branches themselves", join.BranchSpend, err)
 	}
 	if stored := mustGet(t, s, "fan-s"); stored.Rev != run.Rev || stored.Spend != run.Spend {
 		t.Fatalf("branch spend moved the run: rev %d spend %v, want rev %d spend %v", stored.Rev, stored.Spend, run.Rev, run.Spend)
 	}
 	// A later fan-out of the run (join at step 4) sums on its own.
-	if snap, err := s.LoadBranch(ctx(t), "fan-s", 4, 1); err != nil || snap.BranchSpend != 0 {
-		t.Fatalf("LoadBranch of another fan-out: BranchSpend %v, %v; want 0", snap.BranchSpend, err)
+	if snap, err := s.Load(ctx(t), "fan-s", checkpoint.AtBranch(4, 1)); err != nil || snap.BranchSpend != 0 {
+		t.Fatalf("Load branch of another fan-out: BranchSpend %v, %v; want 0", snap.BranchSpend, err)
+	}
+}
+
+// A reference to no step or branch is refused before anything is read or
+// written: a branch's join comes after its fan-out (step 2 at the
+// earliest), and steps and branches count from 1.
+func testStepRefInvalid(t *testing.T, s checkpoint.Store) {
+	fanOutRun(t, s, "fan-ref", 2)
+	for _, at := range []checkpoint.StepRef{checkpoint.AtBranch(1, 1), checkpoint.AtBranch(2, -1)} {
+		if _, err := s.Load(ctx(t), "fan-ref", at); err == nil || errors.Is(err, checkpoint.ErrNotFound) {
+			t.Errorf("Load %s: %v, want it refused", at, err)
+		}
+	}
+	if _, err := s.RecordCall(ctx(t), "fan-ref", checkpoint.AtBranch(2, -1), call("pay", `1`, 0)); err == nil {
+		t.Errorf("RecordCall %s: no error, want it refused", checkpoint.AtBranch(2, -1))
+	}
+	for _, at := range []checkpoint.StepRef{checkpoint.AtStep(0), checkpoint.AtBranch(2, -1)} {
+		if _, err := s.RecordFailure(ctx(t), "fan-ref", at, failure(1, "down")); err == nil || errors.Is(err, checkpoint.ErrNotFound) {
+			t.Errorf("RecordFailure %s: %v, want it refused", at, err)
+		}
+	}
+	if join, err := s.Load(ctx(t), "fan-ref", checkpoint.AtStep(2)); err != nil || len(join.Journal) != 0 || len(join.Failures) != 0 {
+		t.Fatalf("the join after refused calls: journal %+v failures %+v (%v)", join.Journal, join.Failures, err)
 	}
 }

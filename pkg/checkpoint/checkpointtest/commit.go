@@ -12,7 +12,7 @@ import (
 func testLoad(t *testing.T, s checkpoint.Store) {
 	r := mustCreate(t, s, newRun("load-1"))
 
-	snap, err := s.Load(ctx(t), "load-1", 1)
+	snap, err := s.Load(ctx(t), "load-1", checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatalf("Load step 1: %v", err)
 	}
@@ -28,11 +28,11 @@ func testLoad(t *testing.T, s checkpoint.Store) {
 	cp1 := newCheckpoint("load-1", 1, "w1")
 	r = mustCommit(t, s, advance(r, 1), cp1)
 	call := checkpoint.CallRecord{Name: "llm", ArgsSHA256: "x", Result: []byte(`{"a":1}`), At: base}
-	if _, err := s.RecordCall(ctx(t), "load-1", 2, call); err != nil {
+	if _, err := s.RecordCall(ctx(t), "load-1", checkpoint.AtStep(2), call); err != nil {
 		t.Fatalf("RecordCall: %v", err)
 	}
 
-	snap, err = s.Load(ctx(t), "load-1", 2)
+	snap, err = s.Load(ctx(t), "load-1", checkpoint.AtStep(2))
 	if err != nil {
 		t.Fatalf("Load step 2: %v", err)
 	}
@@ -50,7 +50,7 @@ func testLoad(t *testing.T, s checkpoint.Store) {
 
 	cp2 := newCheckpoint("load-1", 2, "w2")
 	r = mustCommit(t, s, advance(r, 2), cp2)
-	snap, err = s.Load(ctx(t), "load-1", 2)
+	snap, err = s.Load(ctx(t), "load-1", checkpoint.AtStep(2))
 	if err != nil {
 		t.Fatalf("Load step 2 after commit: %v", err)
 	}
@@ -64,7 +64,7 @@ func testLoad(t *testing.T, s checkpoint.Store) {
 	}
 
 	// The journal belongs to its step only.
-	snap, err = s.Load(ctx(t), "load-1", 3)
+	snap, err = s.Load(ctx(t), "load-1", checkpoint.AtStep(3))
 	if err != nil {
 		t.Fatalf("Load step 3: %v", err)
 	}
@@ -225,7 +225,7 @@ func testCommitAcrossDecision(t *testing.T, s checkpoint.Store, opts Options) {
 	} else {
 		wantErr(t, "Checkpoint after a refused Commit", err, checkpoint.ErrNotFound)
 	}
-	snap, err := s.Load(ctx(t), id, 1)
+	snap, err := s.Load(ctx(t), id, checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}

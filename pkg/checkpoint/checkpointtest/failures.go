@@ -17,7 +17,7 @@ func failure(attempt int, msg string) checkpoint.Failure {
 
 func mustRecordFailure(t *testing.T, s checkpoint.Store, id string, n int, f checkpoint.Failure) int {
 	t.Helper()
-	count, err := s.RecordFailure(ctx(t), id, n, f)
+	count, err := s.RecordFailure(ctx(t), id, checkpoint.AtStep(n), f)
 	if err != nil {
 		t.Fatalf("RecordFailure(%s, %d, attempt %d): %v", id, n, f.Attempt, err)
 	}
@@ -26,7 +26,7 @@ func mustRecordFailure(t *testing.T, s checkpoint.Store, id string, n int, f che
 
 func failures(t *testing.T, s checkpoint.Store, id string, n int) []checkpoint.Failure {
 	t.Helper()
-	snap, err := s.Load(ctx(t), id, n)
+	snap, err := s.Load(ctx(t), id, checkpoint.AtStep(n))
 	if err != nil {
 		t.Fatalf("Load(%s, %d): %v", id, n, err)
 	}
@@ -84,7 +84,7 @@ func testRecordFailureConcurrent(t *testing.T, s checkpoint.Store) {
 		go func() {
 			defer wg.Done()
 			<-start
-			counts[i], errs[i] = s.RecordFailure(ctx(t), "fail-race", 1, failure(i+1, fmt.Sprintf("writer %d", i)))
+			counts[i], errs[i] = s.RecordFailure(ctx(t), "fail-race", checkpoint.AtStep(1), failure(i+1, fmt.Sprintf("writer %d", i)))
 		}()
 	}
 	close(start)
@@ -167,9 +167,9 @@ func testRecordFailureKeepsLast(t *testing.T, s checkpoint.Store) {
 }
 
 func testRecordFailureUnknownRun(t *testing.T, s checkpoint.Store) {
-	_, err := s.RecordFailure(ctx(t), "ghost-fail", 1, failure(1, "boom"))
+	_, err := s.RecordFailure(ctx(t), "ghost-fail", checkpoint.AtStep(1), failure(1, "boom"))
 	wantErr(t, "RecordFailure on an unknown run", err, checkpoint.ErrNotFound)
-	_, err = s.RecordFailure(ctx(t), "bad.id", 1, failure(1, "boom"))
+	_, err = s.RecordFailure(ctx(t), "bad.id", checkpoint.AtStep(1), failure(1, "boom"))
 	wantErr(t, "RecordFailure on an invalid run id", err, checkpoint.ErrNotFound)
 	_, err = s.GetRun(ctx(t), "ghost-fail")
 	wantErr(t, "GetRun after RecordFailure on an unknown run", err, checkpoint.ErrNotFound)

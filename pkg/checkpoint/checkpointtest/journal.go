@@ -19,7 +19,7 @@ func call(name, result string, at time.Duration) checkpoint.CallRecord {
 
 func journal(t *testing.T, s checkpoint.Store, id string, n int) []checkpoint.CallRecord {
 	t.Helper()
-	snap, err := s.Load(ctx(t), id, n)
+	snap, err := s.Load(ctx(t), id, checkpoint.AtStep(n))
 	if err != nil {
 		t.Fatalf("Load(%s, %d): %v", id, n, err)
 	}
@@ -37,7 +37,7 @@ func byName(recs []checkpoint.CallRecord) []checkpoint.CallRecord {
 func testRecordCallFirstWriterWins(t *testing.T, s checkpoint.Store) {
 	mustCreate(t, s, newRun("journal-1"))
 	first := call("model", `{"text":"first"}`, 0)
-	got, err := s.RecordCall(ctx(t), "journal-1", 1, first)
+	got, err := s.RecordCall(ctx(t), "journal-1", checkpoint.AtStep(1), first)
 	if err != nil {
 		t.Fatalf("RecordCall: %v", err)
 	}
@@ -45,7 +45,7 @@ func testRecordCallFirstWriterWins(t *testing.T, s checkpoint.Store) {
 
 	second := call("model", `{"text":"second"}`, time.Second)
 	second.Error = "should not be stored"
-	got, err = s.RecordCall(ctx(t), "journal-1", 1, second)
+	got, err = s.RecordCall(ctx(t), "journal-1", checkpoint.AtStep(1), second)
 	if err != nil {
 		t.Fatalf("second RecordCall: %v", err)
 	}
@@ -56,7 +56,7 @@ func testRecordCallFirstWriterWins(t *testing.T, s checkpoint.Store) {
 	failed := call("pay_v2-x", ``, 3*time.Second)
 	failed.Error = "provider said no"
 	for _, rec := range []checkpoint.CallRecord{tool, failed} {
-		if got, err := s.RecordCall(ctx(t), "journal-1", 1, rec); err != nil {
+		if got, err := s.RecordCall(ctx(t), "journal-1", checkpoint.AtStep(1), rec); err != nil {
 			t.Fatalf("RecordCall(%s): %v", rec.Name, err)
 		} else {
 			sameJSON(t, "RecordCall("+rec.Name+")", got, rec)
@@ -67,7 +67,7 @@ func testRecordCallFirstWriterWins(t *testing.T, s checkpoint.Store) {
 
 	// The same name in the next step is a new call.
 	next := call("model", `{"text":"step two"}`, 4*time.Second)
-	got, err = s.RecordCall(ctx(t), "journal-1", 2, next)
+	got, err = s.RecordCall(ctx(t), "journal-1", checkpoint.AtStep(2), next)
 	if err != nil {
 		t.Fatalf("RecordCall step 2: %v", err)
 	}
@@ -95,7 +95,7 @@ func testRecordCallConcurrentSameName(t *testing.T, s checkpoint.Store) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got[i], errs[i] = s.RecordCall(ctx(t), "journal-race", 3,
+			got[i], errs[i] = s.RecordCall(ctx(t), "journal-race", checkpoint.AtStep(3),
 				call("model", fmt.Sprintf(`{"writer":%d}`, i), time.Duration(i)*time.Millisecond))
 		}()
 	}
@@ -134,7 +134,7 @@ func testRecordCallConcurrentNames(t *testing.T, s checkpoint.Store) {
 		go func() {
 			defer wg.Done()
 			var got checkpoint.CallRecord
-			got, errs[i] = s.RecordCall(ctx(t), "journal-names", 1, rec)
+			got, errs[i] = s.RecordCall(ctx(t), "journal-names", checkpoint.AtStep(1), rec)
 			if errs[i] == nil && got.Name != rec.Name {
 				errs[i] = fmt.Errorf("RecordCall(%s) returned %s", rec.Name, got.Name)
 			}

@@ -105,7 +105,7 @@ func testPurge(t *testing.T, s checkpoint.Store, r checkpoint.Retention, ended [
 	if _, err := s.Checkpoint(ctx, victim.ID, 1); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Errorf("checkpoint 1 of a purged run = %v, want ErrNotFound", err)
 	}
-	if _, err := s.Load(ctx, victim.ID, 2); !errors.Is(err, checkpoint.ErrNotFound) {
+	if _, err := s.Load(ctx, victim.ID, checkpoint.AtStep(2)); !errors.Is(err, checkpoint.ErrNotFound) {
 		t.Errorf("Load of a purged run = %v, want ErrNotFound", err)
 	}
 

@@ -78,7 +78,7 @@ func testGetUnknown(t *testing.T, s checkpoint.Store) {
 	wantErr(t, "GetRun unknown", err, checkpoint.ErrNotFound)
 	_, err = s.Checkpoint(ctx(t), "nope-1", 1)
 	wantErr(t, "Checkpoint unknown run", err, checkpoint.ErrNotFound)
-	_, err = s.Load(ctx(t), "nope-1", 1)
+	_, err = s.Load(ctx(t), "nope-1", checkpoint.AtStep(1))
 	wantErr(t, "Load unknown run", err, checkpoint.ErrNotFound)
 	_, err = s.Checkpoints(ctx(t), "nope-1")
 	wantErr(t, "Checkpoints unknown run", err, checkpoint.ErrNotFound)
@@ -88,7 +88,7 @@ func testRunIDCharset(t *testing.T, s checkpoint.Store) {
 	for _, id := range []string{"claim-0042", "a_b-9", "X_1-2-3", "0", "RUN_with-MIXED_case-000123"} {
 		r := mustCreate(t, s, newRun(id))
 		r = mustCommit(t, s, advance(r, 1), newCheckpoint(id, 1, "w"))
-		snap, err := s.Load(ctx(t), id, 2)
+		snap, err := s.Load(ctx(t), id, checkpoint.AtStep(2))
 		if err != nil {
 			t.Fatalf("Load(%s): %v", id, err)
 		}

@@ -107,6 +107,7 @@ func RunWith(t *testing.T, opts Options, newStore func(t *testing.T) checkpoint.
 		{"BranchCommitConcurrent", testBranchCommitConcurrent},
 		{"BranchOutcome", testBranchOutcome},
 		{"BranchSpend", testBranchSpend},
+		{"StepRefInvalid", testStepRefInvalid},
 		{"Workflows", testWorkflows},
 		{"WorkflowsWhileReregistered", testWorkflowsWhileReregistered},
 		{"DueClaimOnce", testDueClaimOnce},

@@ -96,7 +96,7 @@ func benchmarkStep(b *testing.B, s *kvstore.Store, complete bool) {
 				}
 				n = 1
 			}
-			snap, err := s.Load(ctx, run.ID, n)
+			snap, err := s.Load(ctx, run.ID, checkpoint.AtStep(n))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,23 +13,6 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
-// LoadBranch reads run id, the checkpoint of branch i of the fan-out whose
-// join is step n, the fan-out's checkpoint n-1 and the branch's journal
-// and failures, with concurrent gets.
-func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint.Snapshot, error) {
-	if err := readID(id); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
-	}
-	if n < 2 || i < 1 {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
-	}
-	snap, err := s.withRun(ctx, id, func(snap *checkpoint.Snapshot) error { return s.loadStep(ctx, id, n, i, snap) })
-	if err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
-	}
-	return snap, nil
-}
-
 // CommitBranch creates cp.<R>.<n>.<i>, the outcome of branch i of the
 // fan-out whose join is step n: the first writer wins, but a stored
 // failure of fewer redrives than the writer's is written over by
@@ -47,7 +30,7 @@ func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint
 // tombstone): a create succeeds over a delete marker.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
-		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
+		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, checkpoint.AtBranch(cp.Step, cp.Branch), err)
 	}
 	if err := readID(cp.RunID); err != nil {
 		return fail(err)
@@ -84,7 +67,7 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		}
 	}
 	if exists {
-		return count, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
+		return count, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, checkpoint.AtBranch(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
 	}
 	return count, nil
 }

@@ -50,7 +50,7 @@ func step1(run checkpoint.Run, by string) (checkpoint.Run, checkpoint.Checkpoint
 // run still at n (pkg/worker): move the run onto the checkpoint.
 func rollForward(ctx context.Context, t *testing.T, s *kvstore.Store, id string, n int) {
 	t.Helper()
-	snap, err := s.Load(ctx, id, n)
+	snap, err := s.Load(ctx, id, checkpoint.AtStep(n))
 	if err != nil {
 		t.Errorf("Load: %v", err)
 		return
@@ -118,7 +118,7 @@ func TestCommitLosesToCancel(t *testing.T) {
 	if !errors.Is(err, checkpoint.ErrConflict) {
 		t.Fatalf("Commit that lost to a cancel: %v, want ErrConflict", err)
 	}
-	snap, err := a.Load(ctx, "cancel-1", 1)
+	snap, err := a.Load(ctx, "cancel-1", checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func commitOverDeleteMarker(ctx context.Context, t *testing.T, js jetstream.JetS
 	if err != nil {
 		t.Fatal(err)
 	}
-	if snap, err := s.Load(ctx, "marked-1", 1); err != nil || snap.Current != nil {
+	if snap, err := s.Load(ctx, "marked-1", checkpoint.AtStep(1)); err != nil || snap.Current != nil {
 		t.Fatalf("Load(1) over a delete marker: current %+v, %v; want none", snap.Current, err)
 	}
 	next, cp := step1(run, "real")
@@ -303,7 +303,7 @@ func TestLoadReadsWhatIsThere(t *testing.T) {
 	}
 	want := func(n int, current, previous string, calls, failures int) {
 		t.Helper()
-		snap, err := s.Load(ctx, "probe", n)
+		snap, err := s.Load(ctx, "probe", checkpoint.AtStep(n))
 		if err != nil {
 			t.Fatalf("Load(%d): %v", n, err)
 		}
@@ -327,7 +327,7 @@ func TestLoadReadsWhatIsThere(t *testing.T) {
 		}
 	}
 	want(1, "", "", 0, 0)
-	if _, err := s.RecordFailure(ctx, "probe", 1, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+	if _, err := s.RecordFailure(ctx, "probe", checkpoint.AtStep(1), checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	want(1, "", "", 0, 1)
@@ -341,14 +341,14 @@ func TestLoadReadsWhatIsThere(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(2, "", `{"n":1}`, 0, 0)
-	if _, err := s.RecordCall(ctx, "probe", 2, checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h"}); err != nil {
+	if _, err := s.RecordCall(ctx, "probe", checkpoint.AtStep(2), checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h"}); err != nil {
 		t.Fatal(err)
 	}
 	want(2, "", `{"n":1}`, 1, 0)
 	commit(2)
 	want(3, "", `{"n":2}`, 0, 0)
 	// A zombie of step 2 records a call after step 2 was committed.
-	if _, err := s.RecordCall(ctx, "probe", 2, checkpoint.CallRecord{Name: "late", ArgsSHA256: "h"}); err != nil {
+	if _, err := s.RecordCall(ctx, "probe", checkpoint.AtStep(2), checkpoint.CallRecord{Name: "late", ArgsSHA256: "h"}); err != nil {
 		t.Fatal(err)
 	}
 	want(3, "", `{"n":2}`, 0, 0)

@@ -19,35 +19,25 @@ type failuresDoc struct {
 	Recent []checkpoint.Failure `json:"recent"`
 }
 
-// RecordFailure counts a failed attempt of step n and keeps its record. The
-// step's failures are one key updated by compare-and-set, so concurrent
+// RecordFailure counts a failed attempt of the step or branch at and
+// keeps its record. The failures of a step (key f.<R>.<n>) or of a branch
+// (f.<R>.<n>.<i>) are one key updated by compare-and-set, so concurrent
 // calls each count once: a lost race re-reads and counts again.
-func (s *Store) RecordFailure(ctx context.Context, id string, n int, f checkpoint.Failure) (int, error) {
-	return s.recordFailure(ctx, id, n, 0, f)
-}
-
-// RecordBranchFailure counts a failed attempt of branch i of the fan-out
-// whose join is step n (key f.<R>.<n>.<i>), as RecordFailure does for a
-// step.
-func (s *Store) RecordBranchFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
-	if i < 1 {
-		return 0, fmt.Errorf("record failure %s:%d.%d: branches count from 1", id, n, i)
+func (s *Store) RecordFailure(ctx context.Context, id string, at checkpoint.StepRef, f checkpoint.Failure) (int, error) {
+	if at.Branch < 0 {
+		return 0, fmt.Errorf("record failure %s:%s: branches count from 1", id, at)
 	}
-	return s.recordFailure(ctx, id, n, i, f)
-}
-
-func (s *Store) recordFailure(ctx context.Context, id string, n, i int, f checkpoint.Failure) (int, error) {
 	if err := readID(id); err != nil {
 		return 0, fmt.Errorf("record failure: %w", err)
 	}
 	fail := func(err error) (int, error) {
-		return 0, fmt.Errorf("record failure %s:%s: %w", id, stepLabel(n, i), err)
+		return 0, fmt.Errorf("record failure %s:%s: %w", id, at, err)
 	}
-	if n < 1 {
+	if at.Step < 1 {
 		return fail(errors.New("steps count from 1"))
 	}
 	f = f.Trimmed()
-	key := branchKey(failuresKey(id, n), i)
+	key := branchKey(failuresKey(id, at.Step), at.Branch)
 	for range maxFailureRetries {
 		doc, rev, err := s.readFailures(ctx, key)
 		if err != nil {

@@ -61,7 +61,7 @@ func TestCommitLosesToDecision(t *testing.T) {
 	if _, err := a.Commit(ctx, next, cp); !errors.Is(err, checkpoint.ErrConflict) {
 		t.Fatalf("Commit from before the decision: %v, want ErrConflict", err)
 	}
-	snap, err := b.Load(ctx, "reject-1", 1)
+	snap, err := b.Load(ctx, "reject-1", checkpoint.AtStep(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestCommitLosesToDecision(t *testing.T) {
 	mustCheckpoint(ctx, t, b, "reject-1", 1, `{"by":"after"}`)
 
 	// Load's probe meets the rewritten key as the run's newest message.
-	snap, err = b.Load(ctx, "reject-1", 2)
+	snap, err = b.Load(ctx, "reject-1", checkpoint.AtStep(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -276,7 +276,7 @@ func TestIndexNamesCollide(t *testing.T) {
 		if _, err := s.Commit(ctx, next, cp); err != nil {
 			t.Fatalf("Commit(%s): %v", id, err)
 		}
-		snap, err := s.Load(ctx, id, 2)
+		snap, err := s.Load(ctx, id, checkpoint.AtStep(2))
 		if err != nil || snap.Previous == nil || snap.Run.Status != completed {
 			t.Fatalf("Load(%s, 2) = %+v, %v", id, snap, err)
 		}

@@ -16,31 +16,22 @@ const maxJournalRetries = 100
 // journalDoc is the value of j.<R>.<n>: call name -> record.
 type journalDoc map[string]checkpoint.CallRecord
 
-// RecordCall journals rec in step n first-writer-wins by rec.Name and
-// returns the stored record. The step's journal is one key updated by
+// RecordCall journals rec in the step or branch at, first writer wins by
+// rec.Name, and returns the stored record. The journal of a step (key
+// j.<R>.<n>) or of a branch (j.<R>.<n>.<i>) is one key updated by
 // compare-and-set; on a lost race it re-reads and, if the name is now
 // taken, returns the winner's record.
-func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
-	return s.recordCall(ctx, id, n, 0, rec)
-}
-
-// RecordBranchCall journals rec in branch i of the fan-out whose join is
-// step n (key j.<R>.<n>.<i>), as RecordCall does in a step.
-func (s *Store) RecordBranchCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
-	if i < 1 {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d.%d %q: branches count from 1", id, n, i, rec.Name)
+func (s *Store) RecordCall(ctx context.Context, id string, at checkpoint.StepRef, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	if at.Branch < 0 {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: branches count from 1", id, at, rec.Name)
 	}
-	return s.recordCall(ctx, id, n, i, rec)
-}
-
-func (s *Store) recordCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %q: %w", rec.Name, err)
 	}
 	fail := func(err error) (checkpoint.CallRecord, error) {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, stepLabel(n, i), rec.Name, err)
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, at, rec.Name, err)
 	}
-	key := branchKey(journalKey(id, n), i)
+	key := branchKey(journalKey(id, at.Step), at.Branch)
 	for range maxJournalRetries {
 		doc, rev, err := s.readJournal(ctx, key)
 		if err != nil {

@@ -111,11 +111,11 @@ func writeClaim(ctx context.Context, s *kvstore.Store, id string) (checkpoint.Ru
 		return run, err
 	}
 	for n := 1; n <= 9; n++ {
-		if _, err := s.RecordCall(ctx, id, n, checkpoint.CallRecord{Name: "model", Result: state}); err != nil {
+		if _, err := s.RecordCall(ctx, id, checkpoint.AtStep(n), checkpoint.CallRecord{Name: "model", Result: state}); err != nil {
 			return run, err
 		}
 		if n == 3 || n == 6 {
-			if _, err := s.RecordFailure(ctx, id, n, checkpoint.Failure{Attempt: 1, Error: "model timeout"}); err != nil {
+			if _, err := s.RecordFailure(ctx, id, checkpoint.AtStep(n), checkpoint.Failure{Attempt: 1, Error: "model timeout"}); err != nil {
 				return run, err
 			}
 		}

@@ -102,9 +102,9 @@ func fullRun(t *testing.T, s *kvstore.Store, id string) checkpoint.Run {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model", Result: json.RawMessage(`"ok"`)})
+	_, err = s.RecordCall(ctx, id, checkpoint.AtStep(1), checkpoint.CallRecord{Name: "model", Result: json.RawMessage(`"ok"`)})
 	must(err)
-	_, err = s.RecordFailure(ctx, id, 1, checkpoint.Failure{Attempt: 1, Error: "boom"})
+	_, err = s.RecordFailure(ctx, id, checkpoint.AtStep(1), checkpoint.Failure{Attempt: 1, Error: "boom"})
 	must(err)
 	fan := checkpoint.Checkpoint{Step: 1, Name: "split", State: json.RawMessage(`{}`), Status: checkpoint.StatusRunning, Gen: run.Resumes,
 		FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "pay"}, {Step: "pay"}}}}
@@ -113,9 +113,9 @@ func fullRun(t *testing.T, s *kvstore.Store, id string) checkpoint.Run {
 	run, err = s.Commit(ctx, next, fan)
 	must(err)
 	for i := 1; i <= 2; i++ {
-		_, err = s.RecordBranchCall(ctx, id, 2, i, checkpoint.CallRecord{Name: "pay"})
+		_, err = s.RecordCall(ctx, id, checkpoint.AtBranch(2, i), checkpoint.CallRecord{Name: "pay"})
 		must(err)
-		_, err = s.RecordBranchFailure(ctx, id, 2, i, checkpoint.Failure{Attempt: 1, Error: "slow"})
+		_, err = s.RecordFailure(ctx, id, checkpoint.AtBranch(2, i), checkpoint.Failure{Attempt: 1, Error: "slow"})
 		must(err)
 		_, err = s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: id, Step: 2, Branch: i, Of: 2, Name: "pay", State: json.RawMessage(`{}`), Spend: 0.5})
 		must(err)
@@ -220,7 +220,7 @@ func TestLateWriterAfterPurge(t *testing.T) {
 			if batches := kvstore.Batches(s); kvstore.Batches(worker) != batches {
 				t.Fatalf("the worker commits in batches: %v, the store %v", !batches, batches)
 			}
-			snap, err := worker.Load(ctx, "late", 1)
+			snap, err := worker.Load(ctx, "late", checkpoint.AtStep(1))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,10 +240,10 @@ func TestLateWriterAfterPurge(t *testing.T) {
 			if !errors.Is(err, checkpoint.ErrNotFound) || !errors.Is(err, checkpoint.ErrPurged) {
 				t.Fatalf("late commit = %v, want ErrNotFound and ErrPurged", err)
 			}
-			if _, err := worker.Load(ctx, "late", 2); !errors.Is(err, checkpoint.ErrNotFound) {
+			if _, err := worker.Load(ctx, "late", checkpoint.AtStep(2)); !errors.Is(err, checkpoint.ErrNotFound) {
 				t.Errorf("late Load = %v, want ErrNotFound", err)
 			}
-			if _, err := worker.RecordFailure(ctx, "late", 2, checkpoint.Failure{Attempt: 1, Error: "x"}); !errors.Is(err, checkpoint.ErrNotFound) {
+			if _, err := worker.RecordFailure(ctx, "late", checkpoint.AtStep(2), checkpoint.Failure{Attempt: 1, Error: "x"}); !errors.Is(err, checkpoint.ErrNotFound) {
 				t.Errorf("late RecordFailure = %v, want ErrNotFound", err)
 			}
 			if _, err := worker.CommitBranch(ctx, checkpoint.Checkpoint{RunID: "late", Step: 2, Branch: 1, Of: 1, State: json.RawMessage(`{}`)}); !errors.Is(err, checkpoint.ErrNotFound) {
@@ -334,7 +334,7 @@ func TestTombstoneExpires(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateRun of an expired tombstone's id: %v", err)
 	}
-	snap, err := s.Load(ctx, "reused", 2)
+	snap, err := s.Load(ctx, "reused", checkpoint.AtStep(2))
 	if err != nil || snap.Previous != nil || snap.Current != nil || len(snap.Journal) != 0 || len(snap.Failures) != 0 || snap.Run.Rev != fresh.Rev {
 		t.Fatalf("the new run finds the old one's keys: %+v, %v", snap, err)
 	}

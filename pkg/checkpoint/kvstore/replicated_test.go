@@ -104,13 +104,13 @@ func testReadsFromLeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RecordCall(ctx, "r", 1, checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h", Result: []byte(`1`)}); err != nil {
+		if _, err := s.RecordCall(ctx, "r", checkpoint.AtStep(1), checkpoint.CallRecord{Name: "llm", ArgsSHA256: "h", Result: []byte(`1`)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RecordFailure(ctx, "r", 1, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+		if _, err := s.RecordFailure(ctx, "r", checkpoint.AtStep(1), checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
-		snap, err := s.Load(ctx, "r", 1)
+		snap, err := s.Load(ctx, "r", checkpoint.AtStep(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func testReadsFromLeader(t *testing.T, nc *nats.Conn, js jetstream.JetStream) {
 		if _, err := s.Commit(ctx, next, cp); err == nil {
 			t.Fatalf("R%d: second Commit of step 1 succeeded", replicas)
 		}
-		snap, err = s.Load(ctx, "r", 2)
+		snap, err = s.Load(ctx, "r", checkpoint.AtStep(2))
 		if err != nil {
 			t.Fatal(err)
 		}

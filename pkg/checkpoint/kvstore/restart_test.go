@@ -40,7 +40,7 @@ func TestSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := s.Load(ctx, "r1", 2)
+	snap, err := s.Load(ctx, "r1", checkpoint.AtStep(2))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,27 +13,39 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Load reads run id, checkpoints n and n-1 and the journal and failures of
-// step n. The run is read alongside the step's keys; the parts are not one
-// snapshot, and a worker never needs that: the commit's revision check
-// catches a run that moved since.
+// Load reads run id and what its step or branch at needs: for step n,
+// checkpoints n and n-1 and the journal and failures of step n; for
+// branch i of the fan-out whose join is step n, the branch's checkpoint,
+// the fan-out's checkpoint n-1, the branch's journal and failures and
+// what the fan-out's branches spent. The run is read alongside the other
+// keys; the parts are not one snapshot, and a worker never needs that:
+// the commit's revision check catches a run that moved since.
 //
 // On a step's first attempt the step's keys take one read (see
-// loadFirstAttempt); otherwise, or when that read cannot tell, they take
-// one get each, at once.
-func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
+// loadFirstAttempt); otherwise, or when that read cannot tell, and for a
+// branch, they take one get each, at once.
+func (s *Store) Load(ctx context.Context, id string, at checkpoint.StepRef) (checkpoint.Snapshot, error) {
+	fail := func(err error) (checkpoint.Snapshot, error) {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%s: %w", id, at, err)
+	}
 	if err := readID(id); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+		return fail(err)
+	}
+	if at.IsBranch() && (at.Step < 2 || at.Branch < 1) {
+		return fail(errors.New("a branch's join is a step after its fan-out, and branches count from 1"))
 	}
 	snap, err := s.withRun(ctx, id, func(snap *checkpoint.Snapshot) error {
-		done, err := s.loadFirstAttempt(ctx, id, n, snap)
+		if at.IsBranch() {
+			return s.loadStep(ctx, id, at.Step, at.Branch, snap)
+		}
+		done, err := s.loadFirstAttempt(ctx, id, at.Step, snap)
 		if err == nil && !done {
-			err = s.loadStep(ctx, id, n, 0, snap)
+			err = s.loadStep(ctx, id, at.Step, 0, snap)
 		}
 		return err
 	})
 	if err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+		return fail(err)
 	}
 	return snap, nil
 }

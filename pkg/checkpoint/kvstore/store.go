@@ -255,8 +255,6 @@ func branchKey(key string, i int) string {
 	return key + "." + strconv.Itoa(i)
 }
 
-// stepLabel names step n ("5") or branch i of its fan-out ("5.3") in errors.
-func stepLabel(n, i int) string { return branchKey(strconv.Itoa(n), i) }
 func workflowKey(name string, version int) string {
 	return "wf." + name + "." + strconv.Itoa(version)
 }

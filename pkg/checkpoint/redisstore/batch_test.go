@@ -38,7 +38,7 @@ func TestConcurrentStepsShareRoundTrips(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprintf("r%d", i%runs)
-			snap, err := s.Load(ctx, id, 1)
+			snap, err := s.Load(ctx, id, checkpoint.AtStep(1))
 			if err != nil {
 				t.Error(err)
 				return
@@ -104,7 +104,7 @@ func TestPipelinedScriptsSurviveScriptFlush(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := s.Load(ctx, fmt.Sprintf("f%d", i), round+1); err != nil {
+				if _, err := s.Load(ctx, fmt.Sprintf("f%d", i), checkpoint.AtStep(round+1)); err != nil {
 					t.Errorf("round %d: load after SCRIPT FLUSH: %v", round, err)
 				}
 			}()
@@ -127,7 +127,7 @@ func TestCancelledCallReturnsContextError(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := s.Load(ctx, fmt.Sprintf("c%d", i), 1)
+			_, err := s.Load(ctx, fmt.Sprintf("c%d", i), checkpoint.AtStep(1))
 			if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, checkpoint.ErrNotFound) {
 				t.Errorf("load with a cancelled context: %v", err)
 			}

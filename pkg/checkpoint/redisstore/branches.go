@@ -58,7 +58,7 @@ func (s *Store) spendKey(id string, n int) string { return s.stepKeys(id, n, 0).
 // writer.
 func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int, error) {
 	fail := func(err error) (int, error) {
-		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), err)
+		return 0, fmt.Errorf("commit branch %s:%s: %w", cp.RunID, checkpoint.AtBranch(cp.Step, cp.Branch), err)
 	}
 	if err := readID(cp.RunID); err != nil {
 		return fail(err)
@@ -94,7 +94,7 @@ func (s *Store) CommitBranch(ctx context.Context, cp checkpoint.Checkpoint) (int
 		count = 0
 	}
 	if wrote == 0 {
-		return int(count), fmt.Errorf("commit branch %s:%s: %w", cp.RunID, stepLabel(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
+		return int(count), fmt.Errorf("commit branch %s:%s: %w", cp.RunID, checkpoint.AtBranch(cp.Step, cp.Branch), checkpoint.ErrCheckpointExists)
 	}
 	return int(count), nil
 }
@@ -121,7 +121,7 @@ func (s *Store) BranchCheckpoints(ctx context.Context, id string, n, total int) 
 	for i, doc := range docs {
 		cp, err := decodeOptionalCheckpoint(doc)
 		if err != nil {
-			return nil, fmt.Errorf("branch checkpoints %s:%s: %w", id, stepLabel(n, i+1), err)
+			return nil, fmt.Errorf("branch checkpoints %s:%s: %w", id, checkpoint.AtBranch(n, i+1), err)
 		}
 		if cp != nil && !cp.Failed() {
 			out = append(out, *cp)

@@ -214,20 +214,20 @@ func TestPurgeLeavesOnlyTheTombstone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, err = s.RecordCall(ctx, id, 1, checkpoint.CallRecord{Name: "model"})
+	_, err = s.RecordCall(ctx, id, checkpoint.AtStep(1), checkpoint.CallRecord{Name: "model"})
 	must(err)
 	run.Step = 2
 	run, err = s.Commit(ctx, run, checkpoint.Checkpoint{Step: 1, State: []byte(`{}`), FanOut: &checkpoint.FanOut{Branches: []checkpoint.Branch{{Step: "b"}, {Step: "b"}}}})
 	must(err)
 	for i := 1; i <= 2; i++ {
-		_, err = s.RecordBranchCall(ctx, id, 2, i, checkpoint.CallRecord{Name: "fetch"})
+		_, err = s.RecordCall(ctx, id, checkpoint.AtBranch(2, i), checkpoint.CallRecord{Name: "fetch"})
 		must(err)
-		_, err = s.RecordBranchFailure(ctx, id, 2, i, checkpoint.Failure{Attempt: 1, Error: "flaky"})
+		_, err = s.RecordFailure(ctx, id, checkpoint.AtBranch(2, i), checkpoint.Failure{Attempt: 1, Error: "flaky"})
 		must(err)
 		_, err = s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: id, Step: 2, Branch: i, Of: 2, State: []byte(`{}`), Spend: 0.5})
 		must(err)
 	}
-	_, err = s.RecordFailure(ctx, id, 3, checkpoint.Failure{Attempt: 1, Error: "boom"})
+	_, err = s.RecordFailure(ctx, id, checkpoint.AtStep(3), checkpoint.Failure{Attempt: 1, Error: "boom"})
 	must(err)
 	must(s.MarkAlive(ctx, id, time.Now()))
 	for i := range 150 { // past AuditKept: the oldest go to the audit log

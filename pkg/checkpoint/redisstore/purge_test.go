@@ -126,8 +126,8 @@ func fillPurgeCase(t *testing.T, ctx context.Context, s *redisstore.Store, run c
 		}
 	}
 	for n := 1; n <= c.steps; n++ {
-		must(s.RecordCall(ctx, run.ID, n, checkpoint.CallRecord{Name: "model"}))
-		must(s.RecordFailure(ctx, run.ID, n, checkpoint.Failure{Attempt: 1, Error: "flaky"}))
+		must(s.RecordCall(ctx, run.ID, checkpoint.AtStep(n), checkpoint.CallRecord{Name: "model"}))
+		must(s.RecordFailure(ctx, run.ID, checkpoint.AtStep(n), checkpoint.Failure{Attempt: 1, Error: "flaky"}))
 		cp := checkpoint.Checkpoint{Step: n, Name: "s" + strconv.Itoa(n), State: []byte(`{}`), Status: checkpoint.StatusRunning}
 		if b := c.fanOuts[n]; b > 0 {
 			cp.FanOut = &checkpoint.FanOut{}
@@ -144,8 +144,8 @@ func fillPurgeCase(t *testing.T, ctx context.Context, s *redisstore.Store, run c
 			t.Fatal(err)
 		}
 		for i := 1; c.branches && i <= c.fanOuts[n]; i++ {
-			must(s.RecordBranchCall(ctx, run.ID, n+1, i, checkpoint.CallRecord{Name: "fetch"}))
-			must(s.RecordBranchFailure(ctx, run.ID, n+1, i, checkpoint.Failure{Attempt: 1, Error: "flaky"}))
+			must(s.RecordCall(ctx, run.ID, checkpoint.AtBranch(n+1, i), checkpoint.CallRecord{Name: "fetch"}))
+			must(s.RecordFailure(ctx, run.ID, checkpoint.AtBranch(n+1, i), checkpoint.Failure{Attempt: 1, Error: "flaky"}))
 			must(s.CommitBranch(ctx, checkpoint.Checkpoint{RunID: run.ID, Step: n + 1, Branch: i, Of: c.fanOuts[n], State: []byte(`{}`), Spend: 0.25}))
 		}
 	}

@@ -69,10 +69,10 @@ func TestRunKeysShareOneSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for n := 1; n <= 3; n++ {
-		if _, err := s.RecordCall(ctx, id, n, checkpoint.CallRecord{Name: "model"}); err != nil {
+		if _, err := s.RecordCall(ctx, id, checkpoint.AtStep(n), checkpoint.CallRecord{Name: "model"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RecordFailure(ctx, id, n, checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
+		if _, err := s.RecordFailure(ctx, id, checkpoint.AtStep(n), checkpoint.Failure{Attempt: 1, Error: "boom"}); err != nil {
 			t.Fatal(err)
 		}
 		run.Step = n + 1

@@ -66,35 +66,29 @@ func checkCommit(run checkpoint.Run, cp checkpoint.Checkpoint) error {
 	return nil
 }
 
-// Load reads run id, checkpoints n and n-1 and the journal and failures of
-// step n in one script, so the parts are consistent with each other.
-func (s *Store) Load(ctx context.Context, id string, n int) (checkpoint.Snapshot, error) {
+// Load reads run id and what its step or branch at needs in one script,
+// so the parts are consistent with each other: for step n, checkpoints n
+// and n-1 and the journal and failures of step n; for branch i of the
+// fan-out whose join is step n, the branch's checkpoint, the fan-out's
+// checkpoint n-1, the branch's journal and failures and what the
+// fan-out's branches spent.
+func (s *Store) Load(ctx context.Context, id string, at checkpoint.StepRef) (checkpoint.Snapshot, error) {
+	fail := func(err error) (checkpoint.Snapshot, error) {
+		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%s: %w", id, at, err)
+	}
 	if err := readID(id); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
+		return fail(err)
 	}
-	snap, err := s.load(ctx, s.stepKeys(id, n, 0), n > 1)
+	k := s.stepKeys(id, at.Step, at.Branch)
+	if at.IsBranch() {
+		if at.Step < 2 || at.Branch < 1 {
+			return fail(errors.New("a branch's join is a step after its fan-out, and branches count from 1"))
+		}
+		k.spend = s.spendKey(id, at.Step)
+	}
+	snap, err := s.load(ctx, k, at.Step > 1)
 	if err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d: %w", id, n, err)
-	}
-	return snap, nil
-}
-
-// LoadBranch reads run id, the checkpoint of branch i of the fan-out whose
-// join is step n, the fan-out's checkpoint n-1, the branch's journal and
-// failures and what the fan-out's branches spent in one read, as Load
-// does for a step.
-func (s *Store) LoadBranch(ctx context.Context, id string, n, i int) (checkpoint.Snapshot, error) {
-	if err := readID(id); err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
-	}
-	if n < 2 || i < 1 {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: a branch's join is a step after its fan-out, and branches count from 1", id, n, i)
-	}
-	k := s.stepKeys(id, n, i)
-	k.spend = s.spendKey(id, n)
-	snap, err := s.load(ctx, k, true)
-	if err != nil {
-		return checkpoint.Snapshot{}, fmt.Errorf("load %s:%d.%d: %w", id, n, i, err)
+		return fail(err)
 	}
 	return snap, nil
 }
@@ -346,33 +340,23 @@ func (s *Store) Checkpoints(ctx context.Context, id string) ([]checkpoint.Checkp
 	return out, nil
 }
 
-// RecordCall journals rec in step n first-writer-wins by rec.Name and
-// returns the stored record.
-func (s *Store) RecordCall(ctx context.Context, id string, n int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
-	return s.recordCall(ctx, id, n, 0, rec)
-}
-
-// RecordBranchCall journals rec in branch i of the fan-out whose join is
-// step n, as RecordCall does in a step.
-func (s *Store) RecordBranchCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
-	if i < 1 {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%d.%d %q: branches count from 1", id, n, i, rec.Name)
+// RecordCall journals rec in the step or branch at, first writer wins by
+// rec.Name, and returns the stored record.
+func (s *Store) RecordCall(ctx context.Context, id string, at checkpoint.StepRef, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
+	if at.Branch < 0 {
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: branches count from 1", id, at, rec.Name)
 	}
-	return s.recordCall(ctx, id, n, i, rec)
-}
-
-func (s *Store) recordCall(ctx context.Context, id string, n, i int, rec checkpoint.CallRecord) (checkpoint.CallRecord, error) {
 	if err := readID(id); err != nil {
 		return checkpoint.CallRecord{}, fmt.Errorf("record call %q: %w", rec.Name, err)
 	}
 	fail := func(err error) (checkpoint.CallRecord, error) {
-		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, stepLabel(n, i), rec.Name, err)
+		return checkpoint.CallRecord{}, fmt.Errorf("record call %s:%s %q: %w", id, at, rec.Name, err)
 	}
 	doc, err := marshal(rec)
 	if err != nil {
 		return fail(err)
 	}
-	stored, err := s.batch.run(ctx, recordScript, []string{s.stepKeys(id, n, i).journal}, rec.Name, doc).Text()
+	stored, err := s.batch.run(ctx, recordScript, []string{s.stepKeys(id, at.Step, at.Branch).journal}, rec.Name, doc).Text()
 	if err != nil {
 		return fail(err)
 	}
@@ -381,12 +365,4 @@ func (s *Store) recordCall(ctx context.Context, id string, n, i int, rec checkpo
 		return fail(err)
 	}
 	return out, nil
-}
-
-// stepLabel names step n ("5") or branch i of its fan-out ("5.3") in errors.
-func stepLabel(n, i int) string {
-	if i == 0 {
-		return strconv.Itoa(n)
-	}
-	return strconv.Itoa(n) + "." + strconv.Itoa(i)
 }

@@ -124,7 +124,7 @@ func TestReusedPaymentKeyDeadLettersAtOnce(t *testing.T) {
 	if !strings.Contains(run.Error, "was already used with a different request body") {
 		t.Errorf("dead with %q, want the provider's conflict", run.Error)
 	}
-	snap, err := f.Store.Load(ctx, "claim-0101", 6)
+	snap, err := f.Store.Load(ctx, "claim-0101", checkpoint.AtStep(6))
 	if err != nil {
 		t.Fatal(err)
 	}

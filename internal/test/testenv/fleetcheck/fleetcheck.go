@@ -299,7 +299,7 @@ func (c *runCheck) checkpoints() {
 func (c *runCheck) failures(ctx context.Context, store checkpoint.Store) error {
 	r, cps, rep := c.r, c.cps, c.rep
 	for n := 1; n <= len(cps)+1; n++ {
-		snap, err := store.Load(ctx, r.ID, n)
+		snap, err := store.Load(ctx, r.ID, checkpoint.AtStep(n))
 		if err != nil {
 			return err
 		}

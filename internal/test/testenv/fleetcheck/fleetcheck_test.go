@@ -108,7 +108,7 @@ func TestCheck(t *testing.T) {
 	f.run("parked", 1, checkpoint.StatusRunning, "")
 	f.run("dead", 0, checkpoint.StatusDead, "max attempts")
 	f.run("failing", 1, checkpoint.StatusRunning, "")
-	if _, err := f.store.RecordFailure(f.ctx, "failing", 2, checkpoint.Failure{Attempt: 1, Error: "nats: timeout"}); err != nil {
+	if _, err := f.store.RecordFailure(f.ctx, "failing", checkpoint.AtStep(2), checkpoint.Failure{Attempt: 1, Error: "nats: timeout"}); err != nil {
 		t.Fatal(err)
 	}
 	f.payment("nobody", "nobody:step2", 100)

@@ -14,7 +14,7 @@ import (
 // status and nowhere else, every page of every status listing must hold
 // these runs only, and CountRuns must say what the records say. It
 // returns the disagreements, none when the index is right.
-func Index(ctx context.Context, store checkpoint.Store, ids []string) ([]string, error) {
+func Index(ctx context.Context, store checkpoint.Runs, ids []string) ([]string, error) {
 	truth := map[checkpoint.Status][]string{}
 	for _, id := range ids {
 		run, err := store.GetRun(ctx, id)
