@@ -130,6 +130,11 @@ type Run struct {
 	Refusals int `json:"refusals,omitempty"`
 	// Redrives counts the times an operator put the dead run back to work.
 	Redrives int `json:"redrives,omitempty"`
+	// RedriveStep is the step at which the run was last redriven: the
+	// redrive published it, so a commit of the step before owes it no
+	// message of its own (transition.Follow). 0 when never redriven, or
+	// redriven by a version that did not record it.
+	RedriveStep int `json:"redrive_step,omitempty"`
 	// Spend sums what the run's committed steps reported (the max-spend cap).
 	Spend float64 `json:"spend,omitempty"`
 	// Steps counts the steps the run has committed (the max-steps cap).
@@ -387,11 +392,8 @@ type Checkpoint struct {
 	// (0 on checkpoints written before it was recorded): a store may
 	// count the fan-out's results in full only when they may all be in.
 	Of int `json:"of,omitempty"`
-	// Redrives is the run's Redrives under which the checkpoint was
-	// committed: a branch's failure holds until the run is redriven, and
-	// a step's commit owes its next step's message only in the generation
-	// it was committed in (transition.Follow). Step checkpoints written
-	// before it was recorded have 0.
+	// Redrives is the run's Redrives under which a branch's outcome was
+	// stored: a branch's failure holds until the run is redriven.
 	Redrives int `json:"redrives,omitempty"`
 	// FanOut is set on the checkpoint of a step that fanned out: the
 	// branches to run before the join, step Step+1, named by Next.

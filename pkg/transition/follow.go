@@ -13,13 +13,15 @@ import (
 // the one it found under the id (a start asked again, whose first
 // publish may have been lost). A created run announces itself, then its
 // first step under its regular id ("<run>:1"); a run found still
-// running at step 1 publishes it again under that id (Again), which the
-// stream drops within its duplicate window and the step protocol after
-// it. Nothing is stored.
+// running at step 1, never resumed nor redriven, publishes it again under
+// that id (Again), which the stream drops within its duplicate window and
+// the step protocol after it. Nothing is stored.
 type Start struct{ Created bool }
 
 func (s Start) apply(run checkpoint.Run, now time.Time) Result {
-	if run.Status != checkpoint.StatusRunning || run.Step != 1 {
+	if run.Status != checkpoint.StatusRunning || run.Step != 1 || run.Resumes != 0 || run.Redrives != 0 {
+		// Only step 1 as the start published it: a run resumed or
+		// redriven at step 1 was published by that, under its own id.
 		return Result{Run: run}
 	}
 	step := PublishStep{MsgID: queue.MsgID(run.ID, 1)}
@@ -39,18 +41,20 @@ func (s Start) apply(run checkpoint.Run, now time.Time) Result {
 // a fan-out or its join, the next step under its regular id, or the
 // start of the child runs the run waits for, each as the commit's were,
 // publishes again (Again). Nothing is stored. A run that is no longer
-// at the step after the checkpoint owes nothing, nor one resumed or
-// redriven since (a later generation than the checkpoint's: the resume
-// or the redrive published the step under its own id). A checkpoint of
-// a step committed before checkpoints recorded the run's redrives reads
-// 0 redrives: on a run redriven since, its redelivery publishes nothing,
-// and if its commit's publish was lost the scheduler's stuck-run repair
-// publishes the step.
+// at the step after the checkpoint owes nothing, nor one resumed since (a
+// later generation than the checkpoint's) or redriven at that step (the
+// redrive found the checkpoint committed): the resume or the redrive
+// published the step under its own id. A redrive at the checkpoint's step
+// or before it does not count: the commit came after it (on the KV
+// store, a commit that lost its compare-and-set to the redrive lands on
+// the redriven run). A run redriven by a version that did not record
+// where (Run.RedriveStep 0) owes the step, as before.
 type Follow struct{ Checkpoint checkpoint.Checkpoint }
 
 func (f Follow) apply(run checkpoint.Run, now time.Time) Result {
-	if run.Resumes != f.Checkpoint.Gen || run.Redrives != f.Checkpoint.Redrives {
-		// The run was resumed or redriven since: that published its step.
+	if run.Resumes != f.Checkpoint.Gen || run.RedriveStep == f.Checkpoint.Step+1 {
+		// The run was resumed since, or redriven at the step after the
+		// checkpoint: that published the step.
 		return Result{Run: run}
 	}
 	return Result{Run: run, Commands: follow(run, f.Checkpoint, true)}

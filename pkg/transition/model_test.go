@@ -187,7 +187,7 @@ func worker(rng *rand.Rand, r *checkpoint.Run, now time.Time, ttl time.Duration)
 	}
 	// The step commits: its checkpoint, sometimes of an earlier
 	// generation or step (a delivery that ran late).
-	cp := checkpoint.Checkpoint{RunID: r.ID, Step: r.Step, Gen: r.Resumes, Redrives: r.Redrives, At: now, Next: fmt.Sprint("s", r.Step+1), Status: checkpoint.StatusRunning, Spend: 0.5}
+	cp := checkpoint.Checkpoint{RunID: r.ID, Step: r.Step, Gen: r.Resumes, At: now, Next: fmt.Sprint("s", r.Step+1), Status: checkpoint.StatusRunning, Spend: 0.5}
 	if rng.IntN(8) == 0 {
 		cp.Gen, cp.Step = pick(rng, cp.Gen-1, cp.Gen), pick(rng, cp.Step, cp.Step-1)
 	}

@@ -137,6 +137,7 @@ func TestRaces(t *testing.T) {
 		}
 	})
 	t.Run("a late redelivery of a committed step (model seeds 117, 8887)", func(t *testing.T) {
+		var w *scripted
 		// After the commit the run went on by other means (its children
 		// ended, its timer woke it, it died and was redriven): the late
 		// delivery of the step meets its checkpoint and owes no step
@@ -144,7 +145,7 @@ func TestRaces(t *testing.T) {
 		// run the next step a second time beside the one the resume
 		// published (worker.TestLateRedeliveryAfterChildrenRunsTheNextStepOnce).
 		for _, after := range []string{"children", "timer", "redrive"} {
-			w := script(t)
+			w = script(t)
 			cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Next: "s2", Status: checkpoint.StatusRunning, At: w.now}
 			switch after {
 			case "children":
@@ -168,9 +169,24 @@ func TestRaces(t *testing.T) {
 				t.Fatalf("after %s: the late delivery owes %v, want nothing", after, r.Commands)
 			}
 		}
+		// A commit that lands after a redrive of the run at the step it
+		// committed: the KV store's settle carries a commit that lost its
+		// compare-and-set onto the run as it is now, and a worker rolls a
+		// lagging record forward over a checkpoint written before the
+		// redrive. The run moved on by this commit alone, after the
+		// redrive: the commit owes the next step (review of 95014eb,
+		// which compared the checkpoint's redrives and owed nothing).
+		w = script(t)
+		late := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Next: "s2", Status: checkpoint.StatusRunning, At: w.now}
+		w.must(transition.Die{Reason: "step 1 failed 3 times"})
+		w.must(transition.Redrive{By: "ops"})
+		w.must(transition.Commit{Checkpoint: late})
+		if r := transition.Apply(w.run, transition.Follow{Checkpoint: late}, w.now); len(r.Commands) != 1 || !has[transition.PublishStep](r.Commands) {
+			t.Fatalf("a commit that landed after a redrive owes %v, want the next step", r.Commands)
+		}
 		// Its commit's own publish lost: the redelivery owes it, under
 		// the id the commit minted (world.publish checks Again).
-		w := script(t)
+		w = script(t)
 		cp := checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Next: "s2", Status: checkpoint.StatusRunning, At: w.now}
 		minted := w.must(transition.Commit{Checkpoint: cp}).Commands
 		if err := w.apply(transition.Follow{Checkpoint: cp}); err != nil {

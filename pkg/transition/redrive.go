@@ -50,6 +50,7 @@ func (d Redrive) apply(run checkpoint.Run, now time.Time) Result {
 	next := run
 	next.Status, next.UpdatedAt = checkpoint.StatusRunning, now
 	next.Redrives++
+	next.RedriveStep = run.Step
 	next.Audit = appended(run.Audit, checkpoint.AuditEntry{
 		Kind: checkpoint.AuditRedriven, Step: run.Step, At: now, By: d.By, Channel: d.Channel, Reason: "was dead: " + run.Error,
 	})

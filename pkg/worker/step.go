@@ -112,8 +112,7 @@ func (w *Worker) check(ctx context.Context, d *delivery, snap *checkpoint.Snapsh
 		if err != nil {
 			// Not found again: continue as from a commit that moved the
 			// run on in its generation.
-			cp = checkpoint.Checkpoint{RunID: run.ID, Step: m.Step, Name: run.StepName, Status: checkpoint.StatusRunning,
-				Gen: run.Resumes, Redrives: run.Redrives}
+			cp = checkpoint.Checkpoint{RunID: run.ID, Step: m.Step, Name: run.StepName, Status: checkpoint.StatusRunning, Gen: run.Resumes}
 		}
 		w.continueAfter(ctx, d, run, cp, "replayed")
 		return false
@@ -279,7 +278,7 @@ func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snaps
 func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Checkpoint, transition.Result) {
 	m := d.m
 	cp := checkpoint.Checkpoint{
-		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes, Redrives: run.Redrives,
+		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes,
 		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
 		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
 	}
