@@ -12,28 +12,34 @@ import (
 // another's writing to the same pipe, as with a write per line.
 const pipeBuf = 4096
 
-// groupWriter writes log lines to w as group commit does: while one
-// write is in flight, the lines logged meanwhile wait in a buffer, and
-// the next write takes them all, one system call for many lines where a
-// worker logs a line per step. Write returns once its line is written,
-// as with w itself, so a line logged before a crash or an exit is not
-// lost, and each goroutine's lines keep their order.
+// groupWriter writes log lines to w as group commit does: the lines
+// logged while a write is in flight wait in a buffer, and the next write
+// takes them all, one system call for many lines where a worker logs a
+// line per step. One goroutine of its own writes; a Write returns once
+// its line is written (with that write's error), as with w itself, so a
+// line logged before a crash or an exit is not lost, and each
+// goroutine's lines keep their order.
 type groupWriter struct {
-	w io.Writer
+	w    io.Writer
+	kick chan struct{} // a line is pending (buffered: one kick stands for many)
+	once sync.Once     // starts the writing goroutine
 
-	mu      sync.Mutex
-	flushed *sync.Cond // broadcast after each group is written
-	writing bool       // a caller is writing; the others queue
-	pending []byte     // lines queued for the next group
-	spare   []byte     // the buffer of the group written last, reused
-	next    uint64     // number of the group pending collects
-	done    uint64     // number of the last group written
-	err     error      // the error of the last group written
+	mu    sync.Mutex
+	room  *sync.Cond // broadcast when the writer takes the pending group
+	cur   *group     // the lines pending for the next write
+	spare []byte     // the buffer of the group written last, reused
+}
+
+// group is the lines one write takes, and its outcome.
+type group struct {
+	buf     []byte
+	err     error
+	written chan struct{} // closed once buf is written
 }
 
 func newGroupWriter(w io.Writer) *groupWriter {
-	g := &groupWriter{w: w, next: 1}
-	g.flushed = sync.NewCond(&g.mu)
+	g := &groupWriter{w: w, kick: make(chan struct{}, 1), cur: &group{written: make(chan struct{})}}
+	g.room = sync.NewCond(&g.mu)
 	return g
 }
 
@@ -42,44 +48,43 @@ func newGroupWriter(w io.Writer) *groupWriter {
 const maxPending = 1 << 20
 
 func (g *groupWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() { go g.writeGroups() })
 	g.mu.Lock()
-	if g.writing {
-		for len(g.pending) > maxPending {
-			g.flushed.Wait()
-		}
-		g.pending = append(g.pending, p...)
-		mine := g.next
-		for g.done < mine {
-			g.flushed.Wait()
-		}
-		err := g.err
-		g.mu.Unlock()
-		if err != nil {
-			return 0, err
-		}
-		return len(p), nil
+	for len(g.cur.buf) > maxPending {
+		g.room.Wait()
 	}
-	g.writing = true
+	g.cur.buf = append(g.cur.buf, p...)
+	mine := g.cur
 	g.mu.Unlock()
-	n, err := g.w.Write(p)
-	// Write what queued meanwhile, until nothing does.
-	for {
+	select {
+	case g.kick <- struct{}{}:
+	default: // a kick is pending: the writer takes this line with it
+	}
+	<-mine.written
+	if mine.err != nil {
+		return 0, mine.err
+	}
+	return len(p), nil
+}
+
+// writeGroups writes the pending lines each time some are kicked, for
+// the life of the process (a logger lives as long).
+func (g *groupWriter) writeGroups() {
+	for range g.kick {
 		g.mu.Lock()
-		if len(g.pending) == 0 {
-			g.writing = false
+		grp := g.cur
+		if len(grp.buf) == 0 {
 			g.mu.Unlock()
-			return n, err
+			continue
 		}
-		group := g.pending
-		g.pending, g.spare = g.spare[:0], nil
-		g.next++
+		g.cur = &group{buf: g.spare[:0], written: make(chan struct{})}
+		g.spare = nil
+		g.room.Broadcast()
 		g.mu.Unlock()
-		gerr := writeLines(g.w, group)
+		grp.err = writeLines(g.w, grp.buf)
+		close(grp.written)
 		g.mu.Lock()
-		g.spare = group[:0]
-		g.done++
-		g.err = gerr
-		g.flushed.Broadcast()
+		g.spare = grp.buf[:0]
 		g.mu.Unlock()
 	}
 }

@@ -97,3 +97,50 @@ func TestWriteLinesCutsBetweenLines(t *testing.T) {
 		t.Fatalf("pieces %v, want %v", sw.writes, want)
 	}
 }
+
+// gateWriter blocks its writes until open is closed, as a full pipe does.
+type gateWriter struct {
+	open chan struct{}
+	mu   sync.Mutex
+	buf  bytes.Buffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	<-g.open
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+// Past maxPending queued behind a blocked write, callers wait for room;
+// once the write goes through, every line is written and every Write
+// returns. (A first version left a caller that had waited for room with
+// its line queued and nobody to write it: review of the writer.)
+func TestGroupWriterWaitsForRoomAndGoesOn(t *testing.T) {
+	gw := &gateWriter{open: make(chan struct{})}
+	g := newGroupWriter(gw)
+	line := strings.Repeat("z", 64<<10-1) + "\n"
+	const lines = 40 // 2.5 MiB: over maxPending behind the blocked write
+	var wg sync.WaitGroup
+	for range lines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := g.Write([]byte(line)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // let them queue, some waiting for room
+	close(gw.open)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Writes still blocked 10 s after the writer went through")
+	}
+	if got := gw.buf.Len(); got != lines*len(line) {
+		t.Fatalf("%d bytes written, want %d", got, lines*len(line))
+	}
+}
