@@ -42,12 +42,26 @@ func TestWriteFixtures(t *testing.T) {
 			// With no worker running, the queued run's first step stays
 			// on the stream (its workflow is registered in the store).
 			f.Start(RunQueued, RunQueued, `{"amount":1}`)
+			// The streams keep what they hold for ever: the fixtures are
+			// read long after the steps' seven days of MaxAge, and a
+			// worker leaves an existing stream's settings alone.
+			for _, name := range []string{"DURABLE_STEPS", "DURABLE_DLQ", "DURABLE_EVENTS"} {
+				st, err := f.JS.Stream(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg := st.CachedInfo().Config
+				cfg.MaxAge = 0
+				if _, err := f.JS.UpdateStream(ctx, cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if f.Redis != nil {
 				if err := f.Redis.Save(ctx).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("%s: ledger %v", kind, ledger.Keys())
+			t.Logf("%s: payments %v, steps entered %v", kind, ledger.Keys(), ledger.Entered())
 		})
 	}
 }

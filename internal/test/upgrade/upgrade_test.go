@@ -17,6 +17,7 @@ import (
 	"github.com/durable-run/durable/internal/test/testfleet"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/queue"
 )
 
 // fixtureRelease is the commit whose code wrote the fixtures: the last
@@ -53,6 +54,17 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 				before[id] = checkpoints(t, f, id)
 			}
 
+			// The queued run's first step, as that release published it,
+			// is still on the stream (the fixture's streams have no
+			// MaxAge; see gen_test.go).
+			steps, err := f.JS.Stream(ctx, queue.StepStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := steps.GetLastMsgForSubject(ctx, queue.StepSubject(RunQueued, RunQueued)); err != nil {
+				t.Fatalf("the fixture's step message of %s: %v (fixtures written with a MaxAge on the step stream expire: write them again, testdata/README.md)", RunQueued, err)
+			}
+
 			ledger := &Ledger{}
 			f.StartWorker(Workflows(ledger, false, time.Now()), nil)
 			f.StartScheduler(nil) // wakes the sleeper
@@ -83,6 +95,19 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 			}
 			if got := ledger.Keys(); !maps.Equal(got, paid) {
 				t.Errorf("payments after the upgrade:\n  %v\nwant\n  %v", got, paid)
+			}
+			// No step that release committed runs again, and each after
+			// them runs once (a parked step runs again to read its
+			// decision or signal, and the dead one on its redrive).
+			entered := map[string]int{
+				RunQueued + ":charge": 1, RunQueued + ":settle": 1,
+				RunApproval + ":review": 1, RunApproval + ":settle": 1,
+				RunSignal + ":await": 1, RunSignal + ":settle": 1,
+				RunKid + ":ask": 1, RunChildren + ":settle": 1,
+				RunSleep + ":settle": 1, RunDead + ":fragile": 1, RunDead + ":settle": 1,
+			}
+			if got := ledger.Entered(); !maps.Equal(got, entered) {
+				t.Errorf("steps entered after the upgrade:\n  %v\nwant\n  %v", got, entered)
 			}
 			// What that release committed stays as it wrote it.
 			for id, cps := range before {

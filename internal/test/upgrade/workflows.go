@@ -43,10 +43,34 @@ const (
 var Runs = []string{RunQueued, RunApproval, RunSignal, RunChildren, RunSleep, RunDead}
 
 // Ledger is a payment provider that counts the payments it took per
-// idempotency key: a step run twice pays twice only if it loses its key.
+// idempotency key (a step run twice pays twice only if it loses its key),
+// and the steps' bodies count their entries in it: "<run>:<step>".
 type Ledger struct {
-	mu   sync.Mutex
-	paid map[string]int
+	mu      sync.Mutex
+	paid    map[string]int
+	entered map[string]int
+}
+
+// Enter counts an entry of step's body in run.
+func (l *Ledger) Enter(s *steps.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.entered == nil {
+		l.entered = map[string]int{}
+	}
+	l.entered[s.RunID()+":"+s.StepName()]++
+}
+
+// Entered returns how many times each step's body was entered, by
+// "<run>:<step>".
+func (l *Ledger) Entered() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]int, len(l.entered))
+	for k, n := range l.entered {
+		out[k] = n
+	}
+	return out
 }
 
 // Pay takes a payment under key.
@@ -93,96 +117,141 @@ var errFragile = errors.New("the ledger refused the call")
 // "fragile" fail for good (as it did when the fixtures were written);
 // sleepUntil is when "up-sleep"'s step wakes it.
 func Workflows(l *Ledger, broken bool, sleepUntil time.Time) *steps.Registry {
-	pay := func(ctx context.Context, s *steps.Context, name string) error {
-		_, err := steps.Call(ctx, s, name, nil, func(context.Context) (string, error) {
-			l.Pay(s.Key(name))
-			return "paid " + s.Key(name), nil
-		})
-		return err
-	}
-	// charge pays the deposit, then goes to next.
-	charge := func(next string, w *steps.Workflow[Claim]) {
-		ref := w.Ref(next)
-		w.Step("charge", func(ctx context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
-			if err := pay(ctx, s, "deposit"); err != nil {
-				return steps.Outcome[Claim]{}, err
-			}
-			return steps.Next(ref, st), nil
-		})
-	}
-	// settle pays the rest and ends the run.
-	settle := func(w *steps.Workflow[Claim]) {
-		w.Step("settle", func(ctx context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
-			if err := pay(ctx, s, "settlement"); err != nil {
-				return steps.Outcome[Claim]{}, err
-			}
-			return steps.Complete(st), nil
-		})
-	}
+	b := builder{l}
+	return steps.NewRegistry().MustRegister(b.queued(), b.approval(), b.signal(), b.kid(), b.parent(),
+		b.sleep(sleepUntil), b.dead(broken))
+}
 
-	queued := steps.New[Claim]("up-queued", 1)
-	charge("settle", queued)
-	settle(queued)
+// builder makes the workflows' steps, each counting its entries and
+// paying through l.
+type builder struct{ l *Ledger }
 
-	approval := steps.New[Claim]("up-approval", 1)
-	charge("review", approval)
-	toSettle := approval.Ref("settle")
-	approval.Step("review", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+// step adds a step whose body counts its entries first.
+func (b builder) step(w *steps.Workflow[Claim], name string, fn func(context.Context, *steps.Context, Claim) (steps.Outcome[Claim], error)) {
+	w.Step(name, func(ctx context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+		b.l.Enter(s)
+		return fn(ctx, s, st)
+	})
+}
+
+// pay takes a payment as a journaled call under the step's key for name.
+func (b builder) pay(ctx context.Context, s *steps.Context, name string) error {
+	_, err := steps.Call(ctx, s, name, nil, func(context.Context) (string, error) {
+		b.l.Pay(s.Key(name))
+		return "paid " + s.Key(name), nil
+	})
+	return err
+}
+
+// charge adds the step that pays the deposit, then goes to next.
+func (b builder) charge(w *steps.Workflow[Claim], next string) {
+	ref := w.Ref(next)
+	b.step(w, "charge", func(ctx context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+		if err := b.pay(ctx, s, "deposit"); err != nil {
+			return steps.Outcome[Claim]{}, err
+		}
+		return steps.Next(ref, st), nil
+	})
+}
+
+// settle adds the step that pays the rest and ends the run.
+func (b builder) settle(w *steps.Workflow[Claim]) {
+	b.step(w, "settle", func(ctx context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+		if err := b.pay(ctx, s, "settlement"); err != nil {
+			return steps.Outcome[Claim]{}, err
+		}
+		return steps.Complete(st), nil
+	})
+}
+
+// ask adds a step that waits for an approval, then goes to next (or
+// ends the run when next is "").
+func (b builder) ask(w *steps.Workflow[Claim], name, next string) {
+	var ref steps.Ref[Claim]
+	if next != "" {
+		ref = w.Ref(next)
+	}
+	b.step(w, name, func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
 		d, wait, err := steps.Decision[Claim](s, steps.ApprovalRequest{Payload: st, Group: "adjusters", TTL: longTTL})
 		if d == nil {
 			return wait, err
 		}
-		return steps.Next(toSettle, st), nil
+		if next == "" {
+			return steps.Complete(st), nil
+		}
+		return steps.Next(ref, st), nil
 	})
-	settle(approval)
+}
 
-	signal := steps.New[Claim]("up-signal", 1)
-	docs := signal.Signal("docs")
-	charge("await", signal)
-	afterDocs := signal.Ref("settle")
-	signal.Step("await", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+func (b builder) queued() *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-queued", 1)
+	b.charge(w, "settle")
+	b.settle(w)
+	return w
+}
+
+func (b builder) approval() *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-approval", 1)
+	b.charge(w, "review")
+	b.ask(w, "review", "settle")
+	b.settle(w)
+	return w
+}
+
+func (b builder) signal() *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-signal", 1)
+	docs := w.Signal("docs")
+	b.charge(w, "await")
+	next := w.Ref("settle")
+	b.step(w, "await", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
 		got, wait, err := steps.Recv(s, docs, longTTL)
 		if got == nil {
 			return wait, err
 		}
 		st.Note = string(got.Data)
-		return steps.Next(afterDocs, st), nil
+		return steps.Next(next, st), nil
 	})
-	settle(signal)
+	b.settle(w)
+	return w
+}
 
-	kid := steps.New[Claim]("up-kid", 1)
-	kid.Step("ask", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
-		d, wait, err := steps.Decision[Claim](s, steps.ApprovalRequest{Payload: st, Group: "adjusters", TTL: longTTL})
-		if d == nil {
-			return wait, err
-		}
-		return steps.Complete(st), nil
-	})
-	parent := steps.New[Claim]("up-children", 1)
-	afterKids := parent.Ref("settle")
-	parent.Step("spawn", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
-		return steps.StartChildren(afterKids, st, steps.Child{Workflow: "up-kid", ID: RunKid, Input: st}), nil
-	})
-	settle(parent)
+func (b builder) kid() *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-kid", 1)
+	b.ask(w, "ask", "")
+	return w
+}
 
-	sleep := steps.New[Claim]("up-sleep", 1)
-	charge("nap", sleep)
-	afterNap := sleep.Ref("settle")
-	sleep.Step("nap", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
-		return steps.SleepUntil(afterNap, st, sleepUntil), nil
+func (b builder) parent() *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-children", 1)
+	next := w.Ref("settle")
+	b.step(w, "spawn", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+		return steps.StartChildren(next, st, steps.Child{Workflow: "up-kid", ID: RunKid, Input: st}), nil
 	})
-	settle(sleep)
+	b.settle(w)
+	return w
+}
 
-	dead := steps.New[Claim]("up-dead", 1)
-	charge("fragile", dead)
-	afterFragile := dead.Ref("settle")
-	dead.Step("fragile", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+func (b builder) sleep(until time.Time) *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-sleep", 1)
+	b.charge(w, "nap")
+	next := w.Ref("settle")
+	b.step(w, "nap", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
+		return steps.SleepUntil(next, st, until), nil
+	})
+	b.settle(w)
+	return w
+}
+
+func (b builder) dead(broken bool) *steps.Workflow[Claim] {
+	w := steps.New[Claim]("up-dead", 1)
+	b.charge(w, "fragile")
+	next := w.Ref("settle")
+	b.step(w, "fragile", func(_ context.Context, s *steps.Context, st Claim) (steps.Outcome[Claim], error) {
 		if broken {
 			return steps.Outcome[Claim]{}, steps.Permanent(errFragile)
 		}
-		return steps.Next(afterFragile, st), nil
+		return steps.Next(next, st), nil
 	})
-	settle(dead)
-
-	return steps.NewRegistry().MustRegister(queued, approval, signal, kid, parent, sleep, dead)
+	b.settle(w)
+	return w
 }
