@@ -11,6 +11,7 @@ package upgrade
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -66,11 +67,7 @@ func (l *Ledger) Enter(s *steps.Context) {
 func (l *Ledger) Entered() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.entered))
-	for k, n := range l.entered {
-		out[k] = n
-	}
-	return out
+	return maps.Clone(l.entered)
 }
 
 // Pay takes a payment under key.
@@ -94,11 +91,7 @@ func (l *Ledger) Paid(key string) int {
 func (l *Ledger) Keys() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make(map[string]int, len(l.paid))
-	for k, n := range l.paid {
-		out[k] = n
-	}
-	return out
+	return maps.Clone(l.paid)
 }
 
 // Claim is the state of every workflow here.
