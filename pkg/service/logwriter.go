@@ -15,19 +15,20 @@ const pipeBuf = 4096
 // groupWriter writes log lines to w as group commit does: the lines
 // logged while a write is in flight wait in a buffer, and the next write
 // takes them all, one system call for many lines where a worker logs a
-// line per step. One goroutine of its own writes; a Write returns once
+// line per step. A goroutine of its own writes, started when a line comes
+// and gone once none is pending (no goroutine outlives a quiet logger);
+// a Write returns once
 // its line is written (with that write's error), as with w itself, so a
 // line logged before a crash or an exit is not lost, and each
 // goroutine's lines keep their order.
 type groupWriter struct {
-	w    io.Writer
-	kick chan struct{} // a line is pending (buffered: one kick stands for many)
-	once sync.Once     // starts the writing goroutine
+	w io.Writer
 
-	mu    sync.Mutex
-	room  *sync.Cond // broadcast when the writer takes the pending group
-	cur   *group     // the lines pending for the next write
-	spare []byte     // the buffer of the group written last, reused
+	mu      sync.Mutex
+	room    *sync.Cond // broadcast when the writer takes the pending group
+	cur     *group     // the lines pending for the next write
+	spare   []byte     // the buffer of the group written last, reused
+	writing bool       // the writing goroutine runs
 }
 
 // group is the lines one write takes, and its outcome.
@@ -38,7 +39,7 @@ type group struct {
 }
 
 func newGroupWriter(w io.Writer) *groupWriter {
-	g := &groupWriter{w: w, kick: make(chan struct{}, 1), cur: &group{written: make(chan struct{})}}
+	g := &groupWriter{w: w, cur: &group{written: make(chan struct{})}}
 	g.room = sync.NewCond(&g.mu)
 	return g
 }
@@ -48,18 +49,17 @@ func newGroupWriter(w io.Writer) *groupWriter {
 const maxPending = 1 << 20
 
 func (g *groupWriter) Write(p []byte) (int, error) {
-	g.once.Do(func() { go g.writeGroups() })
 	g.mu.Lock()
 	for len(g.cur.buf) > maxPending {
 		g.room.Wait()
 	}
 	g.cur.buf = append(g.cur.buf, p...)
 	mine := g.cur
-	g.mu.Unlock()
-	select {
-	case g.kick <- struct{}{}:
-	default: // a kick is pending: the writer takes this line with it
+	if !g.writing {
+		g.writing = true
+		go g.writeGroups()
 	}
+	g.mu.Unlock()
 	<-mine.written
 	if mine.err != nil {
 		return 0, mine.err
@@ -67,15 +67,16 @@ func (g *groupWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// writeGroups writes the pending lines each time some are kicked, for
-// the life of the process (a logger lives as long).
+// writeGroups writes the pending lines, a group at a time, until none
+// is pending.
 func (g *groupWriter) writeGroups() {
-	for range g.kick {
+	for {
 		g.mu.Lock()
 		grp := g.cur
 		if len(grp.buf) == 0 {
+			g.writing = false
 			g.mu.Unlock()
-			continue
+			return
 		}
 		g.cur = &group{buf: g.spare[:0], written: make(chan struct{})}
 		g.spare = nil
