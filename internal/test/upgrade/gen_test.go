@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 )
 
@@ -29,9 +30,18 @@ func TestWriteFixtures(t *testing.T) {
 			// The sleeper's wake is long past when the fixtures are read.
 			reg := Workflows(ledger, true, time.Now().Add(2*time.Second))
 			_, stop := f.StartWorker(reg, nil)
-			for _, id := range Runs[1:] {
+			for _, id := range Runs[1 : len(Runs)-1] {
 				f.Start(id, id, `{"amount":100}`)
 			}
+			f.Start(RunDead, RunRedriven, `{"amount":100}`)
+			f.WaitStatus(RunRedriven, checkpoint.StatusDead, 20*time.Second)
+			if _, err := f.Client.Redrive(ctx, RunRedriven, "oncall"); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 20*time.Second, "dead again after its redrive", func() bool {
+				run, err := f.Store.GetRun(ctx, RunRedriven)
+				return err == nil && run.Status == checkpoint.StatusDead && run.Redrives == 1
+			})
 			f.WaitStatus(RunApproval, checkpoint.StatusWaiting, 20*time.Second)
 			f.WaitStatus(RunSignal, checkpoint.StatusWaiting, 20*time.Second)
 			f.WaitStatus(RunKid, checkpoint.StatusWaiting, 20*time.Second)

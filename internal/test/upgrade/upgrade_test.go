@@ -41,6 +41,7 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 			want := map[string]checkpoint.Status{
 				RunQueued: checkpoint.StatusRunning, RunApproval: checkpoint.StatusWaiting, RunSignal: checkpoint.StatusWaiting,
 				RunChildren: checkpoint.StatusWaiting, RunKid: checkpoint.StatusWaiting, RunSleep: checkpoint.StatusWaiting, RunDead: checkpoint.StatusDead,
+				RunRedriven: checkpoint.StatusDead,
 			}
 			before := map[string]string{} // each run's checkpoints as that release wrote them
 			for id, status := range want {
@@ -79,8 +80,10 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 			if _, err := f.Client.Signal(ctx, client.SignalRequest{RunID: RunSignal, Name: "docs", Data: json.RawMessage(`"scan.pdf"`), By: "bot", Channel: client.ChannelAPI}); err != nil {
 				t.Fatalf("signal: %v", err)
 			}
-			if _, err := f.Client.Redrive(ctx, RunDead, "oncall"); err != nil {
-				t.Fatalf("redrive: %v", err)
+			for _, id := range []string{RunDead, RunRedriven} {
+				if _, err := f.Client.Redrive(ctx, id, "oncall"); err != nil {
+					t.Fatalf("redrive %s: %v", id, err)
+				}
 			}
 			for id := range want {
 				f.WaitStatus(id, checkpoint.StatusCompleted, 30*time.Second)
@@ -91,7 +94,7 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 			paid := map[string]int{
 				RunQueued + ":step1:deposit": 1, RunQueued + ":step2:settlement": 1,
 				RunApproval + ":step3:settlement": 1, RunSignal + ":step3:settlement": 1,
-				RunChildren + ":step2:settlement": 1, RunSleep + ":step3:settlement": 1, RunDead + ":step3:settlement": 1,
+				RunChildren + ":step2:settlement": 1, RunSleep + ":step3:settlement": 1, RunDead + ":step3:settlement": 1, RunRedriven + ":step3:settlement": 1,
 			}
 			if got := ledger.Keys(); !maps.Equal(got, paid) {
 				t.Errorf("payments after the upgrade:\n  %v\nwant\n  %v", got, paid)
@@ -105,6 +108,7 @@ func TestRunsOfThePreviousReleaseFinish(t *testing.T) {
 				RunSignal + ":await": 1, RunSignal + ":settle": 1,
 				RunKid + ":ask": 1, RunChildren + ":settle": 1,
 				RunSleep + ":settle": 1, RunDead + ":fragile": 1, RunDead + ":settle": 1,
+				RunRedriven + ":fragile": 1, RunRedriven + ":settle": 1,
 			}
 			if got := ledger.Entered(); !maps.Equal(got, entered) {
 				t.Errorf("steps entered after the upgrade:\n  %v\nwant\n  %v", got, entered)

@@ -38,10 +38,14 @@ const (
 	// RunDead charged, then its step "fragile" failed for good: it is
 	// dead, with its letter on the dead-letter stream.
 	RunDead = "up-dead"
+	// RunRedriven is a run of up-dead's workflow that died, was redriven
+	// and died again (a run record of a redriven run, written by that
+	// release).
+	RunRedriven = "up-redriven"
 )
 
 // Runs lists the top-level runs, in the order they are started.
-var Runs = []string{RunQueued, RunApproval, RunSignal, RunChildren, RunSleep, RunDead}
+var Runs = []string{RunQueued, RunApproval, RunSignal, RunChildren, RunSleep, RunDead, RunRedriven}
 
 // Ledger is a payment provider that counts the payments it took per
 // idempotency key (a step run twice pays twice only if it loses its key),
