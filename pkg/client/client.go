@@ -155,11 +155,9 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		}
 		// The first publish may have been lost: publishing step 1 again is
 		// harmless (same message id, and the protocol ignores replays).
-		for _, cmd := range transition.Apply(stored, transition.Start{}, now).Commands {
-			if p, ok := cmd.(transition.PublishStep); ok {
-				if err := c.publish(RunContext(ctx, stored), stored, p.MsgID); err != nil {
-					return stored, false, err
-				}
+		if p, ok := firstStep(stored, false, now); ok {
+			if err := c.publish(RunContext(ctx, stored), stored, p.MsgID); err != nil {
+				return stored, false, err
 			}
 		}
 		return stored, false, nil
@@ -167,14 +165,24 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (run checkpoint.Ru
 		return run, false, fmt.Errorf("create run %s: %w", req.RunID, err)
 	}
 	// The event goes first: the step's own events must follow it.
-	for _, cmd := range transition.Apply(stored, transition.Start{Created: true}, now).Commands {
-		if p, ok := cmd.(transition.PublishStep); ok {
-			if err := c.publishAfterStatus(ctx, stored, p.MsgID); err != nil {
-				return stored, true, fmt.Errorf("%s: %w", p.Lost, err)
-			}
+	if p, ok := firstStep(stored, true, now); ok {
+		if err := c.publishAfterStatus(ctx, stored, p.MsgID); err != nil {
+			return stored, true, fmt.Errorf("%s: %w", p.Lost, err)
 		}
 	}
 	return stored, true, nil
+}
+
+// firstStep is the publish of step 1 that the start of run owes
+// (transition.Start; created: CreateRun stored it now), if any. The
+// status event a created run also owes goes first (publishAfterStatus).
+func firstStep(run checkpoint.Run, created bool, now time.Time) (transition.PublishStep, bool) {
+	for _, cmd := range transition.Apply(run, transition.Start{Created: created}, now).Commands {
+		if p, ok := cmd.(transition.PublishStep); ok {
+			return p, true
+		}
+	}
+	return transition.PublishStep{}, false
 }
 
 // checkNewInput checks the input of a run that does not exist yet

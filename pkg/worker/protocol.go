@@ -255,8 +255,10 @@ func outcomeOf(s checkpoint.Status) string {
 	return "committed"
 }
 
-// continueAfter publishes step cp.Step+1 if run is still running at that
-// step, then acks. Used after a commit and for replays of committed steps.
+// continueAfter carries out what committed checkpoint cp owes the run as
+// stored after it (transition.Follow: the next step, the fan-out's
+// branches or join, or the children), then acks. Used after a commit and
+// for replays of committed steps.
 func (w *Worker) continueAfter(ctx context.Context, d *delivery, run checkpoint.Run, cp checkpoint.Checkpoint, outcome string) {
 	// What the commit publishes, the same whether this worker committed
 	// or met the commit again (transition.Follow): ids are minted there.

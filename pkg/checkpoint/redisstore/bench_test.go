@@ -25,14 +25,7 @@ import (
 // Besides ns/op it reports the redis-server's CPU per op (INFO cpu),
 // which other processes on the machine do not blur as much.
 func BenchmarkCommit(b *testing.B) {
-	srv := testenv.StartRedis(b)
-	opts, err := redis.ParseURL(srv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts.PoolSize = 16
-	client := redis.NewClient(opts)
-	b.Cleanup(func() { _ = client.Close() })
+	client := benchClient(b, 16)
 	for _, steps := range []int{0, 9} {
 		name := "running"
 		if steps > 0 {
@@ -43,6 +36,20 @@ func BenchmarkCommit(b *testing.B) {
 			benchCommits(b, client, s, steps)
 		})
 	}
+}
+
+// benchClient starts a redis-server for a benchmark, with extraArgs
+// (testenv.StartRedis), and returns a client with a pool of poolSize.
+func benchClient(b *testing.B, poolSize int, extraArgs ...string) *redis.Client {
+	srv := testenv.StartRedis(b, extraArgs...)
+	opts, err := redis.ParseURL(srv.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts.PoolSize = poolSize
+	client := redis.NewClient(opts)
+	b.Cleanup(func() { _ = client.Close() })
+	return client
 }
 
 // benchCommits commits b.N steps, 128 at a time, on runs of steps steps

@@ -34,14 +34,7 @@ import (
 //
 // Besides ns/op it reports redis-server's CPU per op (redis-µs/op).
 func BenchmarkCommitShapes(b *testing.B) {
-	srv := testenv.StartRedis(b, "--appendonly", "yes", "--appendfsync", "everysec")
-	opts, err := redis.ParseURL(srv.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts.PoolSize = 128
-	rdb := redis.NewClient(opts)
-	b.Cleanup(func() { _ = rdb.Close() })
+	rdb := benchClient(b, 128, "--appendonly", "yes", "--appendfsync", "everysec")
 	ctx := context.Background()
 	doc := `{"run_id":"bench","workflow":"claim","version":1,"status":"running","step":2,"step_name":"step2","input":{"claim":"` +
 		strings.Repeat("x", 1000) + `"},"created_at":"2026-12-04T10:00:00Z","updated_at":"2026-12-04T10:00:01Z","steps_taken":1}`
