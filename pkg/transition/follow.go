@@ -2,6 +2,7 @@ package transition
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -84,6 +85,7 @@ func follow(run checkpoint.Run, cp checkpoint.Checkpoint, again bool) []Command 
 	case cp.FanOut != nil:
 		return []Command{PublishFanOut{Checkpoint: cp}}
 	}
+	// Lost without fmt: this is every step's path.
 	return []Command{PublishStep{MsgID: queue.MsgID(run.ID, run.Step), Again: again,
-		Lost: fmt.Sprintf("run %s committed step %d but its next step was not published; the step's redelivery publishes it", run.ID, cp.Step)}}
+		Lost: "run " + run.ID + " committed step " + strconv.Itoa(cp.Step) + " but its next step was not published; the step's redelivery publishes it"}}
 }

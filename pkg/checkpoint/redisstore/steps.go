@@ -25,11 +25,11 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
-	runDoc, err := marshal(run)
+	runDoc, err := marshal(&run)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
-	cpDoc, err := marshal(cp)
+	cpDoc, err := marshal(&cp)
 	if err != nil {
 		return checkpoint.Run{}, fmt.Errorf("commit checkpoint %s:%d: %w", run.ID, cp.Step, err)
 	}
@@ -37,7 +37,7 @@ func (s *Store) Commit(ctx context.Context, run checkpoint.Run, cp checkpoint.Ch
 	if cp.FanOut != nil {
 		branches = len(cp.FanOut.Branches)
 	}
-	keys := append([]string{s.runKey(run.ID), s.cpKey(run.ID, cp.Step)}, s.spillKeys(run.ID)...)
+	keys := s.commitKeys(run.ID, cp.Step)
 	rev, err := s.write(ctx, run, commitScript, keys, func(full bool) []any {
 		args := make([]any, 0, 11+len(spilled))
 		args = append(args, strconv.FormatUint(run.Rev, 10), runDoc, cpDoc, cp.Step, branches)
