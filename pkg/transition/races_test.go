@@ -54,6 +54,76 @@ func TestRaces(t *testing.T) {
 			w.consume()
 		}
 	})
+	t.Run("23.2 a stale expiry marker and a later wait for the same name", func(t *testing.T) {
+		w := script(t)
+		// Step 1 waits for go; the wait expires (a marker, the step runs
+		// again); the real go comes before a worker runs it.
+		w.waitSignal("go")
+		w.now = w.now.Add(2 * time.Hour)
+		w.must(transition.Expire{})
+		if r := w.must(transition.Signal{Signal: checkpoint.Signal{Name: "go", ID: "g1", By: "bot"}}); r.Resumed {
+			t.Fatal("a signal to a running run resumed it")
+		}
+		// Step 1 runs again and reads go: pkg/steps lists the real signal
+		// and the markers of the name it read (worker.TestStaleExpiryMarkerDoesNotFailLaterWait
+		// holds that half on both stores), and the commit takes both away.
+		var read []string
+		for _, sig := range w.run.Signals {
+			if sig.Name == "go" {
+				read = append(read, sig.ID)
+			}
+		}
+		if len(read) != 2 {
+			t.Fatalf("pending before the commit: %+v, want the marker and g1", w.run.Signals)
+		}
+		w.must(transition.Commit{Checkpoint: checkpoint.Checkpoint{RunID: w.run.ID, Step: 1, Gen: w.run.Resumes, At: w.now,
+			Next: "s2", Status: checkpoint.StatusRunning, Signals: read}})
+		// Step 2 waits for go: nothing stale is pending, so it waits, and
+		// the next go resumes it.
+		if len(w.run.Signals) != 0 {
+			t.Fatalf("pending after the commit: %+v", w.run.Signals)
+		}
+		w.waitSignal("go")
+		if r := w.must(transition.Signal{Signal: checkpoint.Signal{Name: "go", ID: "g2", By: "bot"}}); !r.Resumed {
+			t.Fatal("the next go did not resume step 2")
+		}
+	})
+	t.Run("23.4 a repair of a step that is alive, and of one stuck state twice", func(t *testing.T) {
+		w := script(t)
+		w.moveOn()
+		w.now = w.now.Add(9 * time.Minute) // the step runs for 9 minutes
+		cutoff := w.now.Add(-5 * time.Minute)
+		// Its worker's heartbeat marked it alive a minute ago: progress.
+		alive := transition.Repair{Cutoff: cutoff, Progress: w.now.Add(-time.Minute)}
+		if r := transition.Apply(w.run, alive, w.now); len(r.Commands) != 0 || r.Store {
+			t.Fatalf("a repair of a step alive a minute ago: %v", r.Commands)
+		}
+		// No heartbeat: stuck. Two schedulers (or two passes) repair the
+		// same stuck state under one id, which the stream drops.
+		stuck := transition.Repair{Cutoff: cutoff}
+		var ids []string
+		for range 2 {
+			r := transition.Apply(w.run, stuck, w.now)
+			if err := w.apply(stuck); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Commands) != 1 || !r.Commands[0].(transition.PublishStep).Repair || r.Store {
+				t.Fatalf("a repair of a stuck step: %v, stored %t", r.Commands, r.Store)
+			}
+			ids = append(ids, r.Commands[0].(transition.PublishStep).MsgID)
+		}
+		if ids[0] != ids[1] {
+			t.Fatalf("one stuck state repaired under two ids: %q", ids)
+		}
+		// The repair's own mark is progress (scheduler.Repair writes it):
+		// stuck again after as long again, it is a new state and a new id.
+		later := transition.Repair{Cutoff: w.now.Add(time.Minute), Progress: w.now}
+		w.now = w.now.Add(6 * time.Minute)
+		r := transition.Apply(w.run, later, w.now)
+		if len(r.Commands) != 1 || r.Commands[0].(transition.PublishStep).MsgID == ids[0] {
+			t.Fatalf("the next stuck state: %v, want a publish under a new id", r.Commands)
+		}
+	})
 	t.Run("23.3 children resume, dead step, redrive within the duplicate window", func(t *testing.T) {
 		w := script(t)
 		w.moveOn()
