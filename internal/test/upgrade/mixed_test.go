@@ -151,19 +151,19 @@ func startMixedFleet(t *testing.T, kind string, bins map[string]string) *mixedFl
 		s.Proc = proc.New(proc.Config{Name: "worker-" + role, Path: bins[role], Args: slices.Concat(args, []string{"--metrics", s.Metrics}), Env: env, Dir: m.dir})
 		t.Cleanup(func() { _ = s.Stop(5 * time.Second) })
 		m.workers[role] = s
-		m.launch(role, s.Start)
+		m.launch(role)
 	}
 	testenv.WaitWorkflows(t, f.Store, 30*time.Second, mixedWorkflowNames...)
 	f.StartScheduler(nil)
 	return m
 }
 
-// launch starts role's worker with start (Start or a restart), waits
-// until it is ready and notes its pid.
-func (m *mixedFleet) launch(role string, start func() error) {
+// launch starts role's worker (again), waits until it is ready and notes
+// its pid.
+func (m *mixedFleet) launch(role string) {
 	m.t.Helper()
 	s := m.workers[role]
-	if err := start(); err != nil {
+	if err := s.Start(); err != nil {
 		m.t.Fatal(err)
 	}
 	if err := s.WaitReady(30 * time.Second); err != nil {

@@ -161,4 +161,3 @@ func containsAny(s string, subs []string) bool {
 	}
 	return false
 }
-

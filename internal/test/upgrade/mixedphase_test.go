@@ -42,20 +42,22 @@ func (m *mixedFleet) alone(role string, batch int) {
 		m.t.Fatal(err)
 	}
 	m.starts[pid].killed = true
-	m.t.Logf("SIGKILLed the %s worker (pid %d) in step %s", role, pid, step)
+	killed := time.Now()
 	survivor := m.workers[other].Pid()
 	testenv.Eventually(m.t, 30*time.Second, "the "+other+" worker takes over step "+step, func() bool {
 		return strings.Contains(m.ledger(survivor), "enter "+step+"\n")
 	})
+	m.t.Logf("SIGKILLed the %s worker (pid %d) in step %s; the %s worker took the step over %s later", role, pid, step, other, time.Since(killed).Round(10*time.Millisecond))
 	m.resume(batch, other)
-	m.launch(role, s.Start)
+	m.launch(role)
 }
 
 // workEntries are the work steps of mx-pipeline a ledger says were
-// entered, in order: "<run>:work<n>".
+// entered, in order: "<run>:work<n>". A line being written is left out.
 func workEntries(ledger string) []string {
 	var steps []string
-	for _, line := range strings.Split(ledger, "\n") {
+	lines := strings.Split(ledger, "\n")
+	for _, line := range lines[:len(lines)-1] {
 		if step, ok := strings.CutPrefix(line, "enter "); ok && strings.Contains(step, ":work") {
 			steps = append(steps, step)
 		}
