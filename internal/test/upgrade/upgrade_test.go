@@ -156,14 +156,23 @@ func untar(t *testing.T, path, dir string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(gz)
+	if err := extract(gz, dir); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// extract unpacks the tar archive r into dir: its directories and
+// regular files (git archive's global header, the commit's id, is
+// skipped).
+func extract(r io.Reader, dir string) error {
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return
+			return nil
 		}
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
@@ -171,11 +180,12 @@ func untar(t *testing.T, path, dir string) {
 			err = os.MkdirAll(target, 0o755)
 		case tar.TypeReg:
 			err = writeFile(target, tr)
+		case tar.TypeXGlobalHeader:
 		default:
 			err = fmt.Errorf("%s: an entry of type %c", h.Name, h.Typeflag)
 		}
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
 }

@@ -2,10 +2,12 @@
 // under this one and pay once (issue 26, "Upgrading"). Its fixtures in
 // testdata were written by the release named in their file names with
 // the workflows of this file; gen_test.go, run at that release, writes
-// them again (testdata/README.md says how).
+// them again (testdata/README.md says how). TestMixedFleet runs a worker
+// process of that release, built from the repository's history, beside
+// one of this release (a rolling upgrade half-way).
 //
-// This file must compile at that release too: it uses only pkg/steps'
-// API, which both share.
+// This file and mixed.go must compile at that release too: they use only
+// pkg/steps' API, which both share.
 package upgrade
 
 import (
@@ -51,6 +53,11 @@ var Runs = []string{RunQueued, RunApproval, RunSignal, RunChildren, RunSleep, Ru
 // idempotency key (a step run twice pays twice only if it loses its key),
 // and the steps' bodies count their entries in it: "<run>:<step>".
 type Ledger struct {
+	// Record, when set, is told each entry ("enter", "<run>:<step>") and
+	// payment ("pay", key) as it is counted: a worker process of
+	// TestMixedFleet writes them where its SIGKILL does not lose them.
+	Record func(what, key string)
+
 	mu      sync.Mutex
 	paid    map[string]int
 	entered map[string]int
@@ -64,6 +71,9 @@ func (l *Ledger) Enter(s *steps.Context) {
 		l.entered = map[string]int{}
 	}
 	l.entered[s.RunID()+":"+s.StepName()]++
+	if l.Record != nil {
+		l.Record("enter", s.RunID()+":"+s.StepName())
+	}
 }
 
 // Entered returns how many times each step's body was entered, by
@@ -82,6 +92,9 @@ func (l *Ledger) Pay(key string) {
 		l.paid = map[string]int{}
 	}
 	l.paid[key]++
+	if l.Record != nil {
+		l.Record("pay", key)
+	}
 }
 
 // Paid returns how many payments key took.
