@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // time zones work on hosts without /usr/share/zoneinfo (a distroless image)
 
@@ -48,16 +49,19 @@ func parse(expr, tz string) (clock, error) {
 		return clock{}, badSpec("cron expression %q: not a calendar expression", expr)
 	}
 	spec.Location = time.UTC // the naive clock
-	c := clock{expr: spec, loc: loc}
-	if c.next(time.Now()).IsZero() {
-		return clock{}, badSpec("cron expression %q: never fires (no matching date within 5 years)", expr)
-	}
-	return c, nil
+	return clock{expr: spec, loc: loc}, nil
 }
+
+// zones caches the time zones loaded (time.LoadLocation reads its file
+// each time): at most the few hundred names of the tz database.
+var zones sync.Map // name -> *time.Location
 
 // zone loads an IANA time zone; "Local" is refused: a schedule must not
 // change with the host its scheduler runs on.
 func zone(tz string) (*time.Location, error) {
+	if loc, ok := zones.Load(tz); ok {
+		return loc.(*time.Location), nil
+	}
 	if tz == "Local" {
 		return nil, badSpec("time zone %q: name the zone (an IANA name such as Europe/Berlin, or UTC)", tz)
 	}
@@ -65,6 +69,7 @@ func zone(tz string) (*time.Location, error) {
 	if err != nil {
 		return nil, badSpec("time zone %q: unknown (use an IANA name such as Europe/Berlin, or UTC)", tz)
 	}
+	zones.Store(tz, loc)
 	return loc, nil
 }
 

@@ -188,8 +188,12 @@ func (s Spec) normalize() (Spec, error) {
 		return s, badSpec("workflow %q: a workflow name is 1-64 letters, digits, '-' or '_'", s.Workflow)
 	}
 	s = s.withDefaults()
-	if _, err := parse(s.Cron, s.TimeZone); err != nil {
+	c, err := parse(s.Cron, s.TimeZone)
+	if err != nil {
 		return s, err
+	}
+	if c.next(time.Now()).IsZero() {
+		return s, badSpec("cron expression %q: never fires (no matching date within 5 years)", s.Cron)
 	}
 	switch s.Overlap {
 	case OverlapSkip, OverlapAllow, OverlapCancelPrevious:
