@@ -288,6 +288,8 @@ func TestPauseTrigger(t *testing.T) {
 			if fires := e.fireDue(minute(0).Add(time.Second)); len(fires) != 1 {
 				t.Fatalf("fires %+v", fires)
 			}
+			// Ended, so that the overlap policy (skip) lets the trigger start.
+			e.f.WaitStatus(schedule.FireID("p", minute(0)), checkpoint.StatusCompleted, 30*time.Second)
 			e.clock.Set(minute(0).Add(10 * time.Second))
 			if _, err := e.store.Pause(ctx, "p", "ops"); err != nil {
 				t.Fatal(err)
