@@ -43,6 +43,10 @@ Usage:
   durable approve RUN --by WHO [--reject] [--reason TEXT]
   durable signal RUN NAME [--data JSON] [--id ID] [--by WHO] [--json]
                                       deliver a named signal (kept until a step waits for it)
+  durable schedule create NAME --workflow W --cron EXPR [--tz TZ] [--input JSON]
+                  [--overlap skip|allow|cancel-previous] [--catch-up last|all] [--catch-up-window 24h] [--paused]
+  durable schedule list [--json] | pause NAME | resume NAME | delete NAME | trigger NAME [--json]
+                                      start runs on a calendar; each fire's run id is NAME-<fire time>
   durable token create --file FILE --id WHO --groups G1,G2
   durable token revoke --file FILE --id WHO
   durable token list --file FILE [--json]
@@ -98,6 +102,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdSignal(ctx, rest, stdout, stderr)
 	case "dlq":
 		err = cmdDLQ(ctx, rest, stdout, stderr)
+	case "schedule":
+		err = cmdSchedule(ctx, rest, stdout, stderr)
 	case "stats":
 		err = cmdStats(ctx, rest, stdout, stderr)
 	case "bench":

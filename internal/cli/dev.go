@@ -208,6 +208,9 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 		return err
 	}
 	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog, Retention: p.retention}
+	if cfg.Schedules, err = p.c.OpenSchedules(ctx, s); err != nil {
+		return err
+	}
 	if p.archive {
 		if cfg.Archive, err = p.c.OpenArchive(ctx, s, 0); err != nil {
 			return err

@@ -18,12 +18,22 @@ import (
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/schedule"
 )
 
 // Config configures a scheduler. Zero values take the defaults documented.
 type Config struct {
 	// Client applies expiry policies and repairs. Required.
 	Client *client.Client
+	// Schedules, when set, has the scheduler fire the due schedules
+	// (pkg/schedule) at each one's next fire time and at least every
+	// ScheduleInterval: several schedulers may fire the same store, each
+	// fire starts one run.
+	Schedules *schedule.Store
+	// ScheduleInterval bounds the wait between two passes over the
+	// schedules, so that those another process created, resumed or
+	// changed are seen. Default 5s.
+	ScheduleInterval time.Duration
 	// Interval between sweeps of the deadline index. Default 1s.
 	Interval time.Duration
 	// Batch is how many due entries one claim takes, handled together: their
@@ -96,6 +106,8 @@ type Config struct {
 type Stats struct {
 	Claimed, Rejected, Escalated, Reminded, Woke, Repaired, Reindexed, Errors int64
 	BlobsDeleted, Purged, Archived                                            int64
+	// Fires of schedules this scheduler handled, by outcome.
+	FiresStarted, FiresSkipped, FiresFailed int64
 }
 
 // DefaultStepTimeout is the workers' default step timeout
@@ -109,6 +121,7 @@ type Scheduler struct {
 	store checkpoint.Store
 	c     struct {
 		claimed, rejected, escalated, reminded, woke, repaired, reindexed, errors, blobsDeleted, purged, archived atomic.Int64
+		fires                                                                                                     [3]atomic.Int64 // started, skipped, failed
 	}
 }
 
@@ -123,7 +136,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.BlobRetention > 0 && cfg.Blobs == nil {
 		return nil, errors.New("scheduler: Config.BlobRetention needs Config.Blobs")
 	}
-	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Parallel < 0 || cfg.BlobRetention < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 {
+	if cfg.Interval < 0 || cfg.Batch < 0 || cfg.Parallel < 0 || cfg.BlobRetention < 0 || cfg.Lease < 0 || cfg.RepairInterval < 0 || cfg.StuckAfter < 0 || cfg.ScheduleInterval < 0 {
 		return nil, errors.New("scheduler: durations and sizes must not be negative")
 	}
 	if cfg.Interval == 0 {
@@ -140,6 +153,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.RepairInterval == 0 {
 		cfg.RepairInterval = 30 * time.Second
+	}
+	if cfg.ScheduleInterval == 0 {
+		cfg.ScheduleInterval = 5 * time.Second
 	}
 	if cfg.StepTimeout == 0 {
 		cfg.StepTimeout = DefaultStepTimeout
@@ -181,7 +197,8 @@ func (s *Scheduler) Stats() Stats {
 		Claimed: s.c.claimed.Load(), Rejected: s.c.rejected.Load(), Escalated: s.c.escalated.Load(),
 		Reminded: s.c.reminded.Load(), Woke: s.c.woke.Load(), Repaired: s.c.repaired.Load(),
 		Reindexed: s.c.reindexed.Load(), Errors: s.c.errors.Load(), BlobsDeleted: s.c.blobsDeleted.Load(), Purged: s.c.purged.Load(),
-		Archived: s.c.archived.Load(),
+		Archived:     s.c.archived.Load(),
+		FiresStarted: s.c.fires[0].Load(), FiresSkipped: s.c.fires[1].Load(), FiresFailed: s.c.fires[2].Load(),
 	}
 }
 
@@ -225,6 +242,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 		}
 	}()
+	if s.cfg.Schedules != nil {
+		repairs.Add(1)
+		go func() { defer repairs.Done(); s.FireSchedules(ctx) }()
+	}
 	if s.cfg.BlobRetention > 0 {
 		repairs.Add(1)
 		go func() {

@@ -39,6 +39,17 @@ func RegisterMetrics(m *metrics.Metrics, stats func() scheduler.Stats) {
 			ConstLabels: prometheus.Labels{"kind": kind},
 		}, stat(f)))
 	}
+	for result, f := range map[string]func(scheduler.Stats) int64{
+		"started": func(st scheduler.Stats) int64 { return st.FiresStarted },
+		"skipped": func(st scheduler.Stats) int64 { return st.FiresSkipped },
+		"failed":  func(st scheduler.Stats) int64 { return st.FiresFailed },
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "durable_schedule_fires_total",
+			Help:        "Fires of schedules this scheduler handled, by result: started (its run started), skipped (the overlap policy), failed (the run could not be started within the catch-up window).",
+			ConstLabels: prometheus.Labels{"result": result},
+		}, stat(f)))
+	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "durable_scheduler_runs_purged_total",
 		Help: "Ended runs the scheduler purged past --retention (each leaves a tombstone).",

@@ -251,6 +251,11 @@ func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*schedul
 		}
 		cfg.Archive = archive
 	}
+	schedules, err := r.o.conn.OpenSchedules(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Schedules = schedules
 	sch, err := scheduler.New(cfg)
 	if err != nil {
 		return nil, service.UsageError{Msg: err.Error()}

@@ -1,0 +1,110 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/schedule"
+	"github.com/durable-run/durable/pkg/scheduler"
+)
+
+// `durable schedule`: bad expressions and zones exit 2 naming them; a
+// schedule is created, listed, triggered, fired by two schedulers at
+// once (one run per fire, its id from the fire time), paused, resumed
+// and deleted.
+func TestScheduleCommands(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		for _, bad := range []struct {
+			args  []string
+			names string
+		}{
+			{[]string{"--cron", "61 * * * *"}, `cron expression "61 * * * *"`},
+			{[]string{"--cron", "0 2 * * *", "--tz", "Mars/Base"}, `time zone "Mars/Base"`},
+			{[]string{"--cron", "0 2 * * *", "--overlap", "sometimes"}, "sometimes"},
+			{[]string{"--cron", "0 2 * * *", "--input", "[1]"}, "input"},
+		} {
+			args := append([]string{"schedule", "create", "bad", "--workflow", "claim"}, bad.args...)
+			if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
+				t.Errorf("durable %s: want exit 2 naming %s, got %s", strings.Join(args, " "), bad.names, r)
+			}
+		}
+		if r := e.cli("schedule", "trigger", "no-such-schedule"); r.code != 3 || !strings.Contains(r.stderr, "no-such-schedule") {
+			t.Errorf("trigger of an unknown schedule: want exit 3 naming it, got %s", r)
+		}
+
+		r := e.mustCLI(0, "schedule", "create", "every", "--workflow", "claim", "--cron", "* * * * *", "--input", `{"amount": 500}`, "--by", "ana", "--json")
+		var created schedule.Schedule
+		if err := json.Unmarshal([]byte(r.stdout), &created); err != nil || created.Spec.Name != "every" || created.Spec.Overlap != schedule.OverlapSkip {
+			t.Fatalf("schedule create --json: %v\n%s", err, r.stdout)
+		}
+		if r := e.cli("schedule", "create", "every", "--workflow", "claim", "--cron", "* * * * *"); r.code != 2 {
+			t.Errorf("a second create of the same name: want exit 2, got %s", r)
+		}
+		var listed []schedule.Schedule
+		if err := json.Unmarshal([]byte(e.mustCLI(0, "schedule", "list", "--json").stdout), &listed); err != nil || len(listed) != 1 || listed[0].Spec.Cron != "* * * * *" {
+			t.Fatalf("schedule list --json: %v %+v", err, listed)
+		}
+
+		var fire schedule.Fire
+		if err := json.Unmarshal([]byte(e.mustCLI(0, "schedule", "trigger", "every", "--json").stdout), &fire); err != nil || fire.Result != schedule.Started || !strings.HasPrefix(fire.RunID, "every-") {
+			t.Fatalf("schedule trigger --json: %v %+v", err, fire)
+		}
+		e.waitStatus(fire.RunID, checkpoint.StatusCompleted)
+
+		// Two schedulers on one clock, moved a minute at a time.
+		var offset atomic.Int64
+		clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+		e.runSchedulers(2, clock)
+		minute := created.ActiveSince.Truncate(time.Minute).Add(time.Minute)
+		for k := range 2 {
+			at := minute.Add(time.Duration(k) * time.Minute)
+			offset.Store(int64(at.Sub(time.Now()) + time.Second))
+			e.waitStatus(schedule.FireID("every", at), checkpoint.StatusCompleted)
+		}
+		e.mustCLI(0, "schedule", "pause", "every", "--by", "ana")
+		offset.Store(int64(minute.Add(3*time.Minute).Sub(time.Now()) + time.Second))
+		time.Sleep(time.Second) // ten passes of each scheduler
+		fired := 0
+		for _, run := range e.listJSON("--workflow", "claim") {
+			if id, _ := run["run_id"].(string); strings.HasPrefix(id, "every-") {
+				fired++
+			}
+		}
+		if fired != 3 { // the trigger's and two fires'
+			t.Fatalf("%d runs of the schedule, want 3: the trigger and one a fire, none while paused", fired)
+		}
+		e.mustCLI(0, "schedule", "resume", "every")
+		e.mustCLI(0, "schedule", "delete", "every")
+		if r := e.cli("schedule", "pause", "every"); r.code != 3 {
+			t.Errorf("pause of a deleted schedule: want exit 3, got %s", r)
+		}
+	})
+}
+
+// runSchedulers runs n schedulers on the env's store, on clock, until the
+// test ends: they fire the schedules a pass every 100 ms.
+func (e *env) runSchedulers(n int, clock func() time.Time) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	for range n {
+		st, err := schedule.NewStore(ctx, e.js, schedule.StoreOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		sch, err := scheduler.New(scheduler.Config{Client: client.New(e.js, e.store), Schedules: st, ScheduleInterval: 100 * time.Millisecond, Now: clock})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = sch.Run(ctx) }()
+	}
+}
