@@ -208,7 +208,7 @@ func (p *devProcs) startScheduler(ctx context.Context) error {
 		return err
 	}
 	cfg := scheduler.Config{Client: client.New(s.JetStream, s.Store), Logger: &slog, Retention: p.retention}
-	if cfg.Schedules, err = p.c.OpenSchedules(ctx, s); err != nil {
+	if cfg.Schedules, err = schedulercmd.OpenSchedules(ctx, &p.c, s); err != nil {
 		return err
 	}
 	if p.archive {

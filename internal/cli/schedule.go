@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durable-run/durable/pkg/schedule"
+	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
 )
 
@@ -37,7 +38,7 @@ func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*sch
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := c.OpenSchedules(ctx, s)
+	st, err := schedulercmd.OpenSchedules(ctx, c, s)
 	if err != nil {
 		s.Close()
 		return nil, nil, nil, err

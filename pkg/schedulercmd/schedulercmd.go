@@ -31,6 +31,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
+	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/service"
 )
@@ -251,7 +252,7 @@ func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*schedul
 		}
 		cfg.Archive = archive
 	}
-	schedules, err := r.o.conn.OpenSchedules(ctx, s)
+	schedules, err := OpenSchedules(ctx, &r.o.conn, s)
 	if err != nil {
 		return nil, err
 	}
@@ -261,4 +262,16 @@ func (r *runner) newScheduler(ctx context.Context, s *service.Session) (*schedul
 		return nil, service.UsageError{Msg: err.Error()}
 	}
 	return sch, nil
+}
+
+// OpenSchedules opens the schedules (pkg/schedule's KV bucket), creating
+// the bucket with --replicas when it is missing. It lives here, not in
+// pkg/service, so that a worker binary does not link the cron parser and
+// the zone data.
+func OpenSchedules(ctx context.Context, c *service.Conn, s *service.Session) (*schedule.Store, error) {
+	st, err := schedule.NewStore(ctx, s.JetStream, schedule.StoreOptions{Replicas: c.Replicas})
+	if err != nil {
+		return nil, c.ReplicasError(fmt.Errorf("open the schedules: %w", err))
+	}
+	return st, nil
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/durable-run/durable/pkg/blob/objstore"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/queue"
-	"github.com/durable-run/durable/pkg/schedule"
 )
 
 // maxReplicas is JetStream's limit on the replicas of a stream.
@@ -95,16 +94,6 @@ func (c *Conn) OpenArchive(ctx context.Context, s *Session, ttl time.Duration) (
 		return nil, c.ReplicasError(fmt.Errorf("open the run archive (Object Store bucket %s): %w", client.ArchiveBucket, err))
 	}
 	return archive, nil
-}
-
-// OpenSchedules opens the schedules (pkg/schedule's KV bucket), creating
-// the bucket with --replicas when it is missing.
-func (c *Conn) OpenSchedules(ctx context.Context, s *Session) (*schedule.Store, error) {
-	st, err := schedule.NewStore(ctx, s.JetStream, schedule.StoreOptions{Replicas: c.Replicas})
-	if err != nil {
-		return nil, c.ReplicasError(fmt.Errorf("open the schedules: %w", err))
-	}
-	return st, nil
 }
 
 // WarnFewReplicas logs the streams and buckets that exist with fewer

@@ -101,6 +101,7 @@ func (s *Store) auditKey(id string) string     { return s.tag(id) + "audit" }
 func (s *Store) approvalsKey(id string) string { return s.tag(id) + "approvals" }
 func (s *Store) blobsKey(id string) string     { return s.tag(id) + "blobs" }
 func (s *Store) workflowsKey() string          { return s.prefix + ":workflows" }
+func (s *Store) dueKey() string                { return s.prefix + ":due" }
 
 // commitKeys is runKey, cpKey(n) and spillKeys for run id, as a commit
 // passes them to its script, spelled from one tag: every step's path.
@@ -108,7 +109,6 @@ func (s *Store) commitKeys(id string, n int) []string {
 	tag := s.tag(id)
 	return []string{tag + "run", tag + "cp:" + strconv.Itoa(n), tag + "audit", tag + "approvals", tag + "blobs"}
 }
-func (s *Store) dueKey() string                { return s.prefix + ":due" }
 
 // scriptCode maps a write script's negative reply to a sentinel.
 func scriptCode(code int64) error {
