@@ -17,39 +17,34 @@ func RegisterMetrics(m *metrics.Metrics, stats func() scheduler.Stats) {
 	stat := func(f func(scheduler.Stats) int64) func() float64 {
 		return func() float64 { return float64(f(stats())) }
 	}
-	for action, f := range map[string]func(scheduler.Stats) int64{
-		"rejected":  func(st scheduler.Stats) int64 { return st.Rejected },
-		"escalated": func(st scheduler.Stats) int64 { return st.Escalated },
-		"reminded":  func(st scheduler.Stats) int64 { return st.Reminded },
-		"woke":      func(st scheduler.Stats) int64 { return st.Woke },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "durable_scheduler_expired_waits_total",
-			Help:        "Waits past their deadline the scheduler handled, by action: rejected (policy reject, or escalation and reminders used up), escalated, reminded, woke (a durable timer).",
-			ConstLabels: prometheus.Labels{"action": action},
-		}, stat(f)))
+	counters := func(name, help, label string, by map[string]func(scheduler.Stats) int64) {
+		for value, f := range by {
+			reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: name, Help: help, ConstLabels: prometheus.Labels{label: value},
+			}, stat(f)))
+		}
 	}
-	for kind, f := range map[string]func(scheduler.Stats) int64{
-		"stuck":   func(st scheduler.Stats) int64 { return st.Repaired },
-		"reindex": func(st scheduler.Stats) int64 { return st.Reindexed },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "durable_scheduler_repairs_total",
-			Help:        "Repairs by the scheduler: stuck (a running run without progress got its step published again), reindex (a waiting run missing from the deadline index).",
-			ConstLabels: prometheus.Labels{"kind": kind},
-		}, stat(f)))
-	}
-	for result, f := range map[string]func(scheduler.Stats) int64{
-		"started": func(st scheduler.Stats) int64 { return st.FiresStarted },
-		"skipped": func(st scheduler.Stats) int64 { return st.FiresSkipped },
-		"failed":  func(st scheduler.Stats) int64 { return st.FiresFailed },
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "durable_schedule_fires_total",
-			Help:        "Fires of schedules this scheduler handled, by result: started (its run started), skipped (the overlap policy), failed (the run could not be started within the catch-up window).",
-			ConstLabels: prometheus.Labels{"result": result},
-		}, stat(f)))
-	}
+	counters("durable_scheduler_expired_waits_total",
+		"Waits past their deadline the scheduler handled, by action: rejected (policy reject, or escalation and reminders used up), escalated, reminded, woke (a durable timer).",
+		"action", map[string]func(scheduler.Stats) int64{
+			"rejected":  func(st scheduler.Stats) int64 { return st.Rejected },
+			"escalated": func(st scheduler.Stats) int64 { return st.Escalated },
+			"reminded":  func(st scheduler.Stats) int64 { return st.Reminded },
+			"woke":      func(st scheduler.Stats) int64 { return st.Woke },
+		})
+	counters("durable_scheduler_repairs_total",
+		"Repairs by the scheduler: stuck (a running run without progress got its step published again), reindex (a waiting run missing from the deadline index).",
+		"kind", map[string]func(scheduler.Stats) int64{
+			"stuck":   func(st scheduler.Stats) int64 { return st.Repaired },
+			"reindex": func(st scheduler.Stats) int64 { return st.Reindexed },
+		})
+	counters("durable_schedule_fires_total",
+		"Fires of schedules this scheduler handled, by result: started (its run started), skipped (the overlap policy), failed (the run could not be started within the catch-up window).",
+		"result", map[string]func(scheduler.Stats) int64{
+			"started": func(st scheduler.Stats) int64 { return st.FiresStarted },
+			"skipped": func(st scheduler.Stats) int64 { return st.FiresSkipped },
+			"failed":  func(st scheduler.Stats) int64 { return st.FiresFailed },
+		})
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "durable_scheduler_runs_purged_total",
 		Help: "Ended runs the scheduler purged past --retention (each leaves a tombstone).",
