@@ -12,7 +12,7 @@ export GOTOOLCHAIN ?= go1.27.3
 TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale
+.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules
 
 # The linters run beside the tests, not before them: at the lowest CPU
 # priority, on what the tests leave idle (process-level tests mostly
@@ -39,6 +39,14 @@ fleet: deps
 # API answer 50-250 ms after paying.
 fleet-scale: deps
 	DURABLE_FLEET_SCALE=1 $(GO) test -count=1 -timeout 30m -run 'TestFleetScale$$' -v ./internal/test/fleet
+
+# Schedules on the wall clock (internal/test/schedules), both stores at
+# once: a worker and two scheduler processes, four schedules firing every
+# minute under each overlap policy, a scheduler SIGKILLed after the second
+# fire and started again after the fourth; exactly one run a fire, its id
+# from the fire time. About 7 minutes: too slow for `make test`.
+schedules: deps
+	DURABLE_SCHEDULES=1 $(GO) test -race -count=1 -timeout 15m -run 'TestSchedulesEveryMinute$$' -v ./internal/test/schedules
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
