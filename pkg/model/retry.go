@@ -44,6 +44,13 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// RateLimited reports whether the provider answered that it is rate
+// limited (HTTP 429), and how long it asked to wait (0 if it did not
+// say): a fleet-wide limit slows down for that long (flow.RateLimited).
+func (e *Error) RateLimited() (retryAfter time.Duration, ok bool) {
+	return e.RetryAfter, e.StatusCode == http.StatusTooManyRequests
+}
+
 // Classify builds the *Error for a provider failure. status is 0 when no
 // response came; header is the response's, or nil.
 func Classify(provider string, status int, header http.Header, err error) *Error {
