@@ -25,8 +25,25 @@ import (
 // mean step time, at most the concurrency. With n of at least streamMin it
 // keeps one pull subscription open that holds up to n messages ahead of the
 // free slots (jetstream's Messages). Below that (steps of seconds or more)
-// it fetches exactly the free slots, and no message ever waits in this
-// worker for a slot.
+// it fetches the free slots.
+//
+// Waiting for messages holds no slot. A worker runs all its workflows on
+// one set of slots, and a puller that waited on an idle consumer holding
+// one (a second per fetch, or as long as an open subscription stayed
+// idle) took it from the busy workflows: with 4 slots and 6 idle
+// workflows the busy one ran one step at a time. So a fetch looks for
+// messages with a free slot in hand, blocking until one frees, and takes
+// at once what the consumer has for it and the other free slots: in fetch
+// mode a backlog is only taken with the slots to start it. Only when the
+// consumer is empty does the puller give the slots back and wait for a
+// message holding none; an open subscription likewise hands over its next
+// message before it takes a slot. A message that then finds every slot
+// busy waits for one here, with InProgress heartbeats so that its ack
+// wait does not run out. There is at most one such message per workflow
+// (a waiting fetch asks for one), and it waits its turn with the other
+// pullers, each waiting for one slot at a time: with no more workflows
+// than slots it starts within about a step. In fetch mode that is rare:
+// the consumer was empty and a slot free when the wait began.
 const (
 	prefetchHorizon = time.Second
 	// streamMin and streamMax bound the prefetch at which the puller keeps
@@ -85,6 +102,8 @@ type puller struct {
 	jobs     chan<- job
 	clock    *stepClock
 	backoff  time.Duration
+	// idle: the last fetch waited for a message and none came.
+	idle bool
 	// gone: the consumer was seen deleted and is not created again yet.
 	// Later errors of the old subscription need not say so again (a pull
 	// on a deleted consumer times out), so every failure retries the
@@ -178,6 +197,32 @@ func (p *puller) acquire(ctx context.Context) bool {
 	return true
 }
 
+// acquireFree takes up to n slots that are free now and returns how many.
+func (p *puller) acquireFree(n int) int {
+	for i := range n {
+		select {
+		case p.w.sem <- struct{}{}:
+		default:
+			return i
+		}
+	}
+	return n
+}
+
+// hold waits for a slot for msg, which was delivered to this worker
+// without one, telling the server meanwhile that it is in progress; false
+// once ctx ended (msg is then not the caller's to start).
+func (p *puller) hold(ctx context.Context, msg jetstream.Msg) bool {
+	if p.acquireFree(1) == 1 {
+		return true
+	}
+	// The step's own heartbeats begin when it starts, a heartbeat
+	// interval after: the gap between two stays under the ack wait.
+	hb := startHeartbeat(msg, p.w.heartbeat, nil)
+	defer hb.stop()
+	return p.acquire(ctx)
+}
+
 // dispatch hands msg, which holds a slot, to a step goroutine; once
 // shutting down it hands the message back to the server at once rather
 // than let its ack wait run out.
@@ -190,38 +235,18 @@ func (p *puller) dispatch(ctx context.Context, msg jetstream.Msg) {
 	p.jobs <- job{msg: msg, clock: p.clock}
 }
 
-// fetch asks the server for as many messages as there are free slots, at
-// least one, and dispatches them as they arrive.
+// fetch looks for messages with the free slots (see look) and, when the
+// consumer has none, waits for one holding no slot.
 //
-// Only a request that answers at once (no wait) holds more than one slot:
-// waiting for messages holds exactly one. A fetch that waited with every
-// free slot held them for up to fetchWait on an empty consumer, and in a
-// worker with several workflows the idle ones took turns holding nearly
-// all the slots while the busy one's steps waited for a slot (a worker of
-// 64 slots kept about 7 steps in flight).
+// After a wait that found nothing, a slot free now means nothing was
+// missed in between (a message that came would answer the next wait at
+// once, and find the slot): the puller waits again without looking first,
+// one pull a second on an idle consumer.
 func (p *puller) fetch(ctx context.Context) error {
-	if !p.acquire(ctx) {
-		return nil
-	}
-	n := 1
-more:
-	for n < p.maxBatch {
-		select {
-		case p.w.sem <- struct{}{}:
-			n++
-		default:
-			break more
-		}
-	}
-	if n > 1 {
-		got, err := p.fetchBatch(ctx, n, p.c.FetchNoWait)
-		if err != nil || got > 0 {
+	if !p.idle || len(p.w.sem) == cap(p.w.sem) {
+		got, err := p.look(ctx)
+		if err != nil || got > 0 || ctx.Err() != nil {
 			return err
-		}
-		// Nothing waiting (fetchBatch released the slots): wait for a
-		// message with one slot.
-		if !p.acquire(ctx) {
-			return nil
 		}
 	}
 	// The wait ends with ctx too, so that a stopping worker does not sit
@@ -231,9 +256,10 @@ more:
 	// stopped a moment earlier.
 	fctx, cancel := context.WithTimeout(ctx, fetchWait)
 	defer cancel()
-	_, err := p.fetchBatch(ctx, 1, func(n int) (jetstream.MessageBatch, error) {
-		return p.c.Fetch(n, jetstream.FetchContext(fctx))
+	got, err := p.take(ctx, 0, func() (jetstream.MessageBatch, error) {
+		return p.c.Fetch(1, jetstream.FetchContext(fctx))
 	})
+	p.idle = got == 0
 	if fctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		// Stopping, or the wait ran out before the server's expiry
 		// answer (FetchContext asks for 90% of it): nothing came.
@@ -242,10 +268,23 @@ more:
 	return err
 }
 
-// fetchBatch fetches up to n messages for the n slots held, dispatches
-// what arrives, releases the slots left over and returns how many came.
-func (p *puller) fetchBatch(ctx context.Context, n int, fetch func(int) (jetstream.MessageBatch, error)) (int, error) {
-	batch, err := fetch(n)
+// look takes a free slot, blocking until one frees, and any others free
+// (up to maxBatch), and takes what the consumer has for them without
+// waiting; it returns how many messages came.
+func (p *puller) look(ctx context.Context) (int, error) {
+	if !p.acquire(ctx) {
+		return 0, nil
+	}
+	n := 1 + p.acquireFree(p.maxBatch-1)
+	return p.take(ctx, n, func() (jetstream.MessageBatch, error) { return p.c.FetchNoWait(n) })
+}
+
+// take fetches with fetch for the n slots held (none for a fetch that
+// waits, which asks for one message) and dispatches what arrives, a
+// message beyond the slots once it holds one (see hold). It releases the
+// slots left over and returns how many messages came.
+func (p *puller) take(ctx context.Context, n int, fetch func() (jetstream.MessageBatch, error)) (int, error) {
+	batch, err := fetch()
 	if err != nil {
 		p.w.release(n)
 		return 0, err
@@ -253,9 +292,13 @@ func (p *puller) fetchBatch(ctx context.Context, n int, fetch func(int) (jetstre
 	got := 0
 	for msg := range batch.Messages() {
 		got++
+		if got > n && !p.hold(ctx, msg) {
+			_ = msg.Nak() // shutting down
+			continue
+		}
 		p.dispatch(ctx, msg)
 	}
-	p.w.release(n - got)
+	p.w.release(max(n-got, 0))
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 		// The caller creates the consumer again if it is gone, or
 		// waits before the next pull: a pull that fails at once (no
@@ -290,23 +333,18 @@ func (p *puller) stream(ctx context.Context, size int) error {
 				draining = true
 			}
 		}
-		held := p.acquire(ctx)
+		// The message first, then its slot: waiting on an idle
+		// subscription holds none.
 		msg, err := it.Next()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
-			if held {
-				p.w.release(1)
-			}
 			if draining || ctx.Err() != nil {
 				return nil
 			}
 			return err
 		case err != nil:
-			if held {
-				p.w.release(1)
-			}
 			return err
-		case !held:
+		case !p.hold(ctx, msg):
 			_ = msg.Nak() // shutting down
 			continue
 		}

@@ -154,7 +154,7 @@ type pullerRun struct {
 // subscription open; in "fetch" mode it fetches the free slots.
 func startPuller(ctx context.Context, js jetstream.JetStream, workflow string, c jetstream.Consumer, mode string) *pullerRun {
 	w := &Worker{cfg: Config{JetStream: js, AckWait: 2 * time.Second, MaxAckPending: 100, Concurrency: 16},
-		log: zerolog.Nop(), sem: make(chan struct{}, 16)}
+		log: zerolog.Nop(), sem: make(chan struct{}, 16), heartbeat: 2 * time.Second / 3}
 	clock := &stepClock{}
 	if mode == "stream" {
 		clock.mean.Store(int64(time.Millisecond))
