@@ -325,8 +325,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	var pullers sync.WaitGroup
-	// An idle puller waiting for messages holds a slot: leave at least one
-	// for each other workflow.
+	// A puller's batch and prefetch leave a slot for each other workflow:
+	// each may have one message waiting in this worker for a slot
+	// (pull.go; waiting for messages holds none).
 	maxBatch := max(1, w.cfg.Concurrency-(len(cons)-1))
 	for i, name := range w.cfg.Registry.Names() {
 		p := &puller{w: w, workflow: name, c: cons[i], maxBatch: maxBatch, jobs: jobs, clock: &stepClock{}}
