@@ -65,11 +65,11 @@ func TestScheduleCommands(t *testing.T) {
 		minute := created.ActiveSince.Truncate(time.Minute).Add(time.Minute)
 		for k := range 2 {
 			at := minute.Add(time.Duration(k) * time.Minute)
-			offset.Store(int64(at.Sub(time.Now()) + time.Second))
+			offset.Store(int64(time.Until(at) + time.Second))
 			e.waitStatus(schedule.FireID("every", at), checkpoint.StatusCompleted)
 		}
 		e.mustCLI(0, "schedule", "pause", "every", "--by", "ana")
-		offset.Store(int64(minute.Add(3*time.Minute).Sub(time.Now()) + time.Second))
+		offset.Store(int64(time.Until(minute.Add(3*time.Minute)) + time.Second))
 		time.Sleep(time.Second) // ten passes of each scheduler
 		fired := 0
 		for _, run := range e.listJSON("--workflow", "claim") {
