@@ -102,8 +102,9 @@ func (f *Firer) FireDue(ctx context.Context, now time.Time) (Report, error) {
 
 // Trigger fires schedule name once at now, whatever its expression says
 // and even while it is paused, under its overlap policy: the run's id is
-// FireID(name, now), so triggers in the same second start one run. It
-// leaves the schedule's last fire time, and so what the expression owes.
+// "<name>-<now to the second>" (never a fire's id), so triggers in the
+// same second start one run. It leaves the schedule's last fire time, and
+// so what the expression owes.
 func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, error) {
 	r, err := f.store.get(ctx, name)
 	if err != nil {
@@ -114,7 +115,7 @@ func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, 
 	if err != nil {
 		return Fire{}, err
 	}
-	id := FireID(name, at)
+	id := triggerID(name, at)
 	for _, fi := range fires {
 		if fi.Trigger && fi.RunID == id {
 			return fi, nil
@@ -173,6 +174,9 @@ func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time
 func (f *Firer) decide(ctx context.Context, r *record, at time.Time, trigger bool) (*Fire, error) {
 	name := r.Spec.Name
 	p := &pending{At: at, RunID: FireID(name, at), Trigger: trigger}
+	if trigger {
+		p.RunID = triggerID(name, at)
+	}
 	prev := r.State.LastRunID
 	if prev != "" && prev != p.RunID {
 		status, err := f.activeStatus(ctx, prev)

@@ -451,3 +451,26 @@ func TestStartFailures(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// A trigger on a whole minute is not that minute's fire: its run has an
+// id of its own, and the fire still starts the run it owes (review of
+// this package: "p-…T1001Z" named both, so the fire found the trigger's
+// run and started nothing).
+func TestTriggerOnTheMinuteIsNotTheFire(t *testing.T) {
+	e := newEnv(t, "kv")
+	e.create(schedule.Spec{Name: "m", Workflow: "tick", Cron: "* * * * *", Overlap: schedule.OverlapAllow})
+	fi, err := e.firer.Trigger(ctxT(t), "m", minute(1))
+	if err != nil || fi.Result != schedule.Started {
+		t.Fatalf("trigger: %+v, %v", fi, err)
+	}
+	if fi.RunID == schedule.FireID("m", minute(1)) {
+		t.Fatalf("the trigger at %s took the id of that minute's fire, %s", minute(1), fi.RunID)
+	}
+	fires := e.fireDue(minute(1).Add(time.Second))
+	if len(fires) != 1 || fires[0].RunID != schedule.FireID("m", minute(1)) || fires[0].Result != schedule.Started {
+		t.Fatalf("the minute's fire after the trigger: %+v", fires)
+	}
+	if got := e.runIDs("tick"); len(got) != 2 {
+		t.Fatalf("runs %v, want the trigger's and the fire's", got)
+	}
+}
