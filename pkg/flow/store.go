@@ -56,6 +56,8 @@ type Store struct {
 	// after a minute, instead of staying for good.
 	ttl    bool
 	linger time.Duration
+	// now is the clock of Set (tests set it to the time they give Take).
+	now func() time.Time
 }
 
 // storeTimeout bounds a listing when the caller's ctx has no deadline.
@@ -89,7 +91,7 @@ func NewStore(ctx context.Context, js jetstream.JetStream, opts StoreOptions) (*
 		return nil, fmt.Errorf("limit bucket %s: %w", opts.Bucket, err)
 	}
 	return &Store{js: js, kv: kv, bucket: opts.Bucket, max: opts.MaxLimits,
-		ttl: st.LimitMarkerTTL() > 0, linger: time.Minute}, nil
+		ttl: st.LimitMarkerTTL() > 0, linger: time.Minute, now: time.Now}, nil
 }
 
 func createBucket(ctx context.Context, js jetstream.JetStream, opts StoreOptions) (jetstream.KeyValue, error) {
@@ -206,7 +208,7 @@ func (s *Store) Set(ctx context.Context, name string, rate Rate, by string) (Lim
 				return Limit{}, err
 			}
 			r = record{name: name}
-			r.setRate(rate, by)
+			r.setRate(rate, by, s.now())
 			err = s.create(ctx, &r, 0)
 		case err != nil:
 			return Limit{}, err
@@ -214,7 +216,7 @@ func (s *Store) Set(ctx context.Context, name string, rate Rate, by string) (Lim
 			return r.limit(), nil
 		default:
 			// With no TTL: a slow-down only becomes a limit for good.
-			r.setRate(rate, by)
+			r.setRate(rate, by, s.now())
 			err = s.put(ctx, &r, 0)
 		}
 		if err == nil {
@@ -227,10 +229,12 @@ func (s *Store) Set(ctx context.Context, name string, rate Rate, by string) (Lim
 	return Limit{}, contended("set limit", name)
 }
 
-func (r *record) setRate(rate Rate, by string) {
-	r.rate, r.setBy, r.setAt = rate, by, time.Now().UTC()
+func (r *record) setRate(rate Rate, by string, now time.Time) {
+	r.rate, r.setBy, r.setAt = rate, by, now.UTC()
 	r.tat = time.Time{}
-	if !r.blockedUntil.IsZero() {
+	if r.blockedUntil.After(r.setAt) {
+		// A slow-down under way: the new rate resumes after it at its
+		// pace, with no burst. One that has ended leaves a full burst.
 		r.tat = resumeTAT(rate, r.blockedUntil)
 	}
 }

@@ -242,6 +242,7 @@ func TestSlowDownUnlimited(t *testing.T) {
 	}
 
 	// Set: a limit for good, still blocked, resuming at its pace.
+	st.SetClock(func() time.Time { return at(3 * time.Second) })
 	set(t, st, "ghost", flow.Rate{N: 10, Per: time.Second, Burst: 5})
 	for _, tk := range []take{{3 * time.Second, time.Second}, {4 * time.Second, 0}, {4 * time.Second, ms(100)}} {
 		if wait, err := st.Take(ctx, "ghost", at(tk.at)); wait != tk.wait || err != nil {
@@ -273,4 +274,33 @@ func TestSlowDownExpires(t *testing.T) {
 		t.Errorf("gone after %s, before the extended block and its linger", gone)
 	}
 	set(t, st, "model", flow.Rate{N: 1, Per: time.Second, Burst: 1})
+}
+
+// A rate set once a slow-down has ended starts afresh, with its full
+// burst (review of this package: the ended block still held it to its
+// pace, 60 tokens of a burst of 100 a minute later).
+func TestSetAfterAnEndedSlowDown(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	st, _ := newStore(t, srv, flow.StoreOptions{})
+	ctx := ctxT(t)
+	set(t, st, "api", flow.Rate{N: 1, Per: time.Second, Burst: 1})
+	if err := st.SlowDown(ctx, "api", at(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st.SetClock(func() time.Time { return at(2 * time.Second) }) // the block has ended
+	set(t, st, "api", flow.Rate{N: 1, Per: time.Second, Burst: 100})
+	taken := 0
+	for {
+		wait, err := st.Take(ctx, "api", at(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait > 0 {
+			break
+		}
+		taken++
+	}
+	if taken != 100 {
+		t.Fatalf("%d tokens at once after a rate set past the slow-down, want the burst of 100", taken)
+	}
 }
