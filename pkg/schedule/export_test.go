@@ -40,3 +40,7 @@ func (s *Store) Fill(ctx context.Context, specs []Spec) error {
 	}
 	return nil
 }
+
+// SetFiresPerPass sets how many fires of one schedule a FireDue call of
+// f decides.
+func (f *Firer) SetFiresPerPass(n int) { f.perPass = n }

@@ -34,15 +34,22 @@ import (
 type Firer struct {
 	store  *Store
 	client *client.Client
+	// perPass bounds the fires of one schedule one FireDue call decides.
+	perPass int
 }
 
 // firerParallel bounds the schedules one FireDue call fires at once.
 const firerParallel = 16
 
+// firesPerPass bounds the fires one FireDue call decides for one
+// schedule: a schedule catching up a week of minutes (CatchUpAll) takes
+// many calls, and the other schedules' fires are not held up meanwhile.
+const firesPerPass = 100
+
 // NewFirer returns a firer of store's schedules, which starts and cancels
 // runs with c.
 func NewFirer(store *Store, c *client.Client) *Firer {
-	return &Firer{store: store, client: c}
+	return &Firer{store: store, client: c, perPass: firesPerPass}
 }
 
 // Report says what a FireDue call did.
@@ -51,7 +58,8 @@ type Report struct {
 	// another firer at once is in that firer's report, not this one's.
 	Fires []Fire
 	// Next is the earliest fire after now of the unpaused schedules (zero
-	// when there is none): the time to call FireDue again, at the latest.
+	// when there is none), or now when a schedule owes more fires than
+	// one call decides: the time to call FireDue again, at the latest.
 	// Call it every few seconds anyway, to see schedules created, resumed
 	// and changed by other processes.
 	Next time.Time
@@ -75,6 +83,8 @@ func (f *Firer) FireDue(ctx context.Context, now time.Time) (Report, error) {
 		mu   sync.Mutex
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, firerParallel)
+		// behind: a schedule owes more fires than one call decides.
+		behind bool
 	)
 	for _, r := range all {
 		if next := r.nextAfter(now); !next.IsZero() && (rep.Next.IsZero() || next.Before(rep.Next)) {
@@ -87,16 +97,20 @@ func (f *Firer) FireDue(ctx context.Context, now time.Time) (Report, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			fires, err := f.fire(ctx, r, now, nil)
+			fires, more, err := f.fire(ctx, r, now, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Fires = append(rep.Fires, fires...)
+			behind = behind || more
 			if err != nil {
 				errs = append(errs, err)
 			}
 		}()
 	}
 	wg.Wait()
+	if behind {
+		rep.Next = now // call again at once
+	}
 	return rep, errors.Join(errs...)
 }
 
@@ -111,7 +125,7 @@ func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, 
 		return Fire{}, err
 	}
 	at := now.UTC().Truncate(time.Second)
-	fires, err := f.fire(ctx, r, now.UTC(), &at)
+	fires, _, err := f.fire(ctx, r, now.UTC(), &at)
 	if err != nil {
 		return Fire{}, err
 	}
@@ -132,16 +146,16 @@ func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, 
 }
 
 // fire carries out r's pending decision if any, then decides and carries
-// out the fires r owes at now one by one, reading r again after each
-// conflict, until none is left. With trigger, it decides and carries out
-// the trigger at that time instead of the fires owed.
-func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time.Time) ([]Fire, error) {
-	var fires []Fire
+// out the fires r owes at now one by one (at most perPass: more says some
+// are left for the next call), reading r again after each conflict, until
+// none is left. With trigger, it decides and carries out the trigger at
+// that time instead of the fires owed.
+func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time.Time) (fires []Fire, more bool, err error) {
 	triggering := trigger != nil
+	due, decided := r.Due(now), 0 // what r owes, computed once a read of r
 	for ctx.Err() == nil {
 		var fi *Fire
-		var err error
-		switch due := r.Due(now); {
+		switch {
 		case r.Pending != nil:
 			fi, err = f.carryOut(ctx, &r, now)
 		case trigger != nil:
@@ -149,23 +163,28 @@ func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time
 				trigger = nil
 			}
 		case triggering || len(due) == 0:
-			return fires, nil
+			return fires, false, nil
+		case decided == f.perPass:
+			return fires, true, nil
 		default:
-			fi, err = f.decide(ctx, &r, due[0], false)
+			if fi, err = f.decide(ctx, &r, due[0], false); err == nil {
+				due, decided = due[1:], decided+1
+			}
 		}
 		if fi != nil {
 			fires = append(fires, *fi)
 		}
 		if errors.Is(err, errConflict) {
 			if r, err = f.store.get(ctx, r.Spec.Name); errors.Is(err, ErrNotFound) {
-				return fires, nil // deleted meanwhile
+				return fires, false, nil // deleted meanwhile
 			}
+			due = r.Due(now)
 		}
 		if err != nil {
-			return fires, err
+			return fires, false, err
 		}
 	}
-	return fires, ctx.Err()
+	return fires, false, ctx.Err()
 }
 
 // decide decides the fire at at (a trigger when trigger) under r's

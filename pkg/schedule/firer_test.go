@@ -474,3 +474,44 @@ func TestTriggerOnTheMinuteIsNotTheFire(t *testing.T) {
 		t.Fatalf("runs %v, want the trigger's and the fire's", got)
 	}
 }
+
+// A schedule catching up many missed fires (CatchUpAll) decides at most
+// a pass's worth per FireDue call and says to call again at once, so the
+// other schedules' fires are not held up; every fire still starts one run
+// (review of this package: one call decided them all, re-reading what
+// was owed before each).
+func TestCatchUpIsBoundedPerCall(t *testing.T) {
+	e := newEnv(t, "kv")
+	e.firer.SetFiresPerPass(10)
+	e.create(schedule.Spec{Name: "all", Workflow: "tick", Cron: "* * * * *", Overlap: schedule.OverlapAllow, CatchUp: schedule.CatchUpAll, CatchUpWindow: time.Hour})
+	now := minute(34).Add(time.Second) // 35 fires owed, minutes 0-34
+	started, calls := 0, 0
+	for calls < 10 {
+		calls++
+		rep, err := e.firer.FireDue(ctxT(t), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Fires) > 10 {
+			t.Fatalf("call %d decided %d fires, more than its bound of 10", calls, len(rep.Fires))
+		}
+		started += len(rep.Fires)
+		if started < 35 && !rep.Next.Equal(now) {
+			t.Fatalf("call %d left %d fires owed and says to call again at %s, not now", calls, 35-started, rep.Next)
+		}
+		if started == 35 {
+			break
+		}
+	}
+	if started != 35 || calls != 4 {
+		t.Fatalf("%d fires in %d calls, want 35 in 4", started, calls)
+	}
+	want := fireIDs("all")
+	for m := range 35 {
+		want = append(want, schedule.FireID("all", minute(m)))
+	}
+	slices.Sort(want)
+	if got := e.runIDs("tick"); !slices.Equal(got, want) {
+		t.Fatalf("runs %v, want one a minute 0-34", got)
+	}
+}
