@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
@@ -33,17 +35,38 @@ func cmdSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // openSchedules connects and opens the schedules, creating their bucket
 // when missing (an operator's first create).
-func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*schedule.Store, *schedule.Firer, func(), error) {
+func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*schedule.Store, *schedule.Firer, *client.Client, func(), error) {
 	cl, s, err := openClient(ctx, c, stderr)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	st, err := schedulercmd.OpenSchedules(ctx, c, s)
 	if err != nil {
 		s.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	return st, schedule.NewFirer(st, cl), s.Close, nil
+	return st, schedule.NewFirer(st, cl), cl, s.Close, nil
+}
+
+// warnUnregistered says on stderr when no worker has registered workflow
+// yet: the schedule is kept (its workers may start later), but its fires
+// fail until one does.
+func warnUnregistered(ctx context.Context, cl *client.Client, workflow string, stderr io.Writer) {
+	infos, err := cl.Store().Workflows(ctx)
+	if err != nil {
+		return
+	}
+	var names []string
+	for _, info := range infos {
+		if info.Name == workflow {
+			return
+		}
+		if !slices.Contains(names, info.Name) {
+			names = append(names, info.Name)
+		}
+	}
+	slices.Sort(names)
+	fmt.Fprintf(stderr, "durable: warning: no worker has registered workflow %q (registered: %v); its fires are retried until one does, for the catch-up window\n", workflow, names)
 }
 
 // scheduleErr maps what pkg/schedule refuses to the CLI's exit codes: a
@@ -92,7 +115,7 @@ func cmdScheduleCreate(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := sp.Validate(); err != nil {
 		return scheduleErr(err)
 	}
-	st, _, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, _, cl, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
@@ -101,6 +124,7 @@ func cmdScheduleCreate(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return scheduleErr(err)
 	}
+	warnUnregistered(ctx, cl, sp.Workflow, stderr)
 	if *asJSON {
 		return writeJSON(stdout, sc)
 	}
@@ -121,7 +145,7 @@ func cmdScheduleList(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(pos) != 0 {
 		return service.Usagef("schedule list: takes no arguments")
 	}
-	st, _, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, _, _, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
@@ -164,7 +188,7 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	if len(pos) != 1 {
 		return service.Usagef("schedule %s: want exactly one NAME", sub)
 	}
-	st, firer, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, firer, _, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,12 @@ func TestScheduleCommands(t *testing.T) {
 			t.Errorf("trigger of an unknown schedule: want exit 3 naming it, got %s", r)
 		}
 
+		// A workflow no worker runs yet: kept, with a warning.
+		if r := e.mustCLI(0, "schedule", "create", "later", "--workflow", "reconcile", "--cron", "0 2 * * *"); !strings.Contains(r.stderr, `no worker has registered workflow "reconcile"`) {
+			t.Errorf("schedule create of an unregistered workflow: want a warning, got %s", r)
+		}
+		e.mustCLI(0, "schedule", "delete", "later")
+
 		r := e.mustCLI(0, "schedule", "create", "every", "--workflow", "claim", "--cron", "* * * * *", "--input", `{"amount": 500}`, "--by", "ana", "--json")
 		var created schedule.Schedule
 		if err := json.Unmarshal([]byte(r.stdout), &created); err != nil || created.Spec.Name != "every" || created.Spec.Overlap != schedule.OverlapSkip {
