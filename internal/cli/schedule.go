@@ -35,17 +35,17 @@ func cmdSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // openSchedules connects and opens the schedules, creating their bucket
 // when missing (an operator's first create).
-func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*schedule.Store, *schedule.Firer, *client.Client, func(), error) {
+func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*schedule.Store, *client.Client, func(), error) {
 	cl, s, err := openClient(ctx, c, stderr)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
 	st, err := schedulercmd.OpenSchedules(ctx, c, s)
 	if err != nil {
 		s.Close()
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, err
 	}
-	return st, schedule.NewFirer(st, cl), cl, s.Close, nil
+	return st, cl, s.Close, nil
 }
 
 // warnUnregistered says on stderr when no worker has registered workflow
@@ -115,7 +115,7 @@ func cmdScheduleCreate(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := sp.Validate(); err != nil {
 		return scheduleErr(err)
 	}
-	st, _, cl, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, cl, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
@@ -145,7 +145,7 @@ func cmdScheduleList(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(pos) != 0 {
 		return service.Usagef("schedule list: takes no arguments")
 	}
-	st, _, _, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, _, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	if len(pos) != 1 {
 		return service.Usagef("schedule %s: want exactly one NAME", sub)
 	}
-	st, firer, _, closeFn, err := openSchedules(ctx, &c, stderr)
+	st, cl, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
@@ -204,7 +204,7 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 		err = st.Delete(ctx, name)
 		out = map[string]string{"deleted": name}
 	case "trigger":
-		out, err = firer.Trigger(ctx, name, time.Now())
+		out, err = schedule.NewFirer(st, cl).Trigger(ctx, name, time.Now())
 	}
 	if err != nil {
 		return scheduleErr(err)
