@@ -9,3 +9,23 @@ func (s *Store) SetLinger(d time.Duration) { s.linger = d }
 // SetClock sets the clock of s's Set, so that a test's limits are set in
 // the time its takes are given.
 func (s *Store) SetClock(now func() time.Time) { s.now = now }
+
+// QueueOrder pushes waiters of the keys given, in order, into a fair
+// queue, removes those listed in remove (by their index in keys), and
+// returns the keys in the order the queue serves them.
+func QueueOrder(keys []string, remove []int) []string {
+	var q fairQueue
+	ws := make([]*waiter, len(keys))
+	for i, k := range keys {
+		ws[i] = &waiter{key: k}
+		q.push(ws[i])
+	}
+	for _, i := range remove {
+		q.remove(ws[i])
+	}
+	var out []string
+	for q.len() > 0 {
+		out = append(out, q.pop().key)
+	}
+	return out
+}

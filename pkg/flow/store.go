@@ -394,31 +394,5 @@ func (s *Store) names(ctx context.Context) (map[string]bool, error) {
 // scan hands fn the newest entry of every limit key (a key written
 // during the scan may come twice), without values when metaOnly.
 func (s *Store) scan(ctx context.Context, metaOnly bool, fn func(jetstream.KeyValueEntry) error) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-	}
-	opts := []jetstream.WatchOpt{jetstream.IgnoreDeletes()}
-	if metaOnly {
-		opts = append(opts, jetstream.MetaOnly())
-	}
-	w, err := s.kv.Watch(ctx, key(">"), opts...)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		select {
-		case e := <-w.Updates():
-			if e == nil { // the end of the values stored
-				return nil
-			}
-			if err := fn(e); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return s.scanKeys(ctx, key(">"), metaOnly, fn)
 }
