@@ -21,7 +21,10 @@ type StepFunc[S any] func(ctx context.Context, s *Context, state S) (Outcome[S],
 // StepOption configures a step.
 type StepOption func(*stepConfig)
 
-type stepConfig struct{ retry RetryPolicy }
+type stepConfig struct {
+	retry RetryPolicy
+	uses  string
+}
 
 // Caps bound a run. A run that reaches one goes to the dead letters with
 // the reason. Zero means no cap.
@@ -37,6 +40,15 @@ type Caps struct {
 
 // WithRetry sets the step's retry policy.
 func WithRetry(p RetryPolicy) StepOption { return func(c *stepConfig) { c.retry = p } }
+
+// Uses says that the step holds a slot of the named resource while its
+// body runs ("anthropic", "payments-api"): when the resource has a
+// concurrency limit (`durable limit set NAME --concurrency N`), at most N
+// steps that use it run at once across the fleet, and the others wait
+// for a slot in the order they came, round-robin between the runs'
+// fairness keys (Workflow.FairnessKey), holding no worker slot. With no
+// limit set, the step runs as any other. A step uses one resource.
+func Uses(resource string) StepOption { return func(c *stepConfig) { c.uses = resource } }
 
 // stepDef is a step (fn) or a branch step (branch).
 type stepDef[S any] struct {
@@ -61,7 +73,9 @@ type Workflow[S any] struct {
 	schema       json.RawMessage
 	// refs are the names Workflow.Ref gave out, checked by Validate.
 	refs []string
-	errs []error
+	// fairness computes a run's fairness key (Workflow.FairnessKey).
+	fairness func(input json.RawMessage) (string, error)
+	errs     []error
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -109,6 +123,9 @@ func (w *Workflow[S]) add(name string, d stepDef[S], opts []StepOption) {
 		o(&d.cfg)
 	}
 	d.cfg.retry = d.cfg.retry.withDefaults()
+	if d.cfg.uses != "" && !validResource(d.cfg.uses) {
+		w.errs = append(w.errs, fmt.Errorf("workflow %s: step %q uses %q: a resource is 1-64 letters, digits, '-', '_' or '.' (not first, last or twice in a row)", w.name, name, d.cfg.uses))
+	}
 	w.steps[name] = d
 	w.order = append(w.order, name)
 }

@@ -78,6 +78,11 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 	if !ok {
 		return
 	}
+	slot, ok := w.slot(d, def, run)
+	if !ok {
+		return
+	}
+	defer slot.Release()
 	w.runBranch(ctx, d, def, run, *fan, snap.Journal)
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/transition"
@@ -147,11 +148,22 @@ type delivery struct {
 	// run's trace once the run is loaded.
 	span   trace.Span
 	orphan bool
+	// raw is the message as delivered (msg wraps it to stop the
+	// heartbeat), and clock its workflow's: a delivery that queues for a
+	// slot of a resource waits with them (flowslots.go). slot is the slot
+	// the pool granted it while it was queued.
+	raw   jetstream.Msg
+	clock *stepClock
+	slot  *flow.Slot
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
-func (w *Worker) handle(ctx context.Context, msg jetstream.Msg) {
-	d := &delivery{msg: msg, attempt: 1, start: time.Now()}
+func (w *Worker) handle(ctx context.Context, j job) {
+	msg := j.msg
+	d := &delivery{msg: msg, attempt: 1, start: time.Now(), raw: msg, clock: j.clock, slot: j.slot}
+	// A slot granted to this delivery goes back if it is not used (the
+	// run moved while the delivery was queued).
+	defer func() { d.slot.Release() }()
 	if md, err := msg.Metadata(); err == nil {
 		d.attempt = int(md.NumDelivered)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-run/durable/pkg/flow"
 )
 
 // How a worker takes messages from a workflow's consumer.
@@ -62,6 +64,9 @@ const (
 type job struct {
 	msg   jetstream.Msg
 	clock *stepClock
+	// slot: a concurrency slot granted to the message while it was
+	// queued (flowslots.go).
+	slot *flow.Slot
 }
 
 // stepClock is a moving average of how long a workflow's steps take from

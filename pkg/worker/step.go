@@ -32,7 +32,12 @@ func (w *Worker) step(ctx context.Context, d *delivery) {
 	if !ok {
 		return
 	}
+	slot, ok := w.slot(d, def, snap.Run)
+	if !ok {
+		return
+	}
 	sctx, res, took, ok := w.runBody(ctx, d, def, &snap)
+	slot.Release()
 	if !ok {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -64,6 +65,10 @@ type Config struct {
 	// Blobs keeps what steps store with PutBlob. Optional: without it
 	// PutBlob and GetBlob fail with steps.ErrNoBlobStore.
 	Blobs blob.Store
+	// Flow holds the fleet's rate and concurrency limits (pkg/flow):
+	// steps that use a resource with a limit (steps.Uses) take its slots
+	// and tokens there. Optional: without it every resource is unlimited.
+	Flow *flow.Store
 }
 
 // Metrics is the hook through which a worker reports; the Prometheus
@@ -164,6 +169,13 @@ type Worker struct {
 	sticky    *sticky
 	// runs starts child runs and resumes their parents.
 	runs *client.Client
+	// pool holds the fleet's concurrency limits (nil without Config.Flow),
+	// queue the deliveries waiting for its slots, and jobs and runCtx are
+	// Run's, for handing granted deliveries to a runner (flowslots.go).
+	pool   *flow.Pool
+	queue  queued
+	jobs   chan job
+	runCtx context.Context
 }
 
 // New validates cfg and returns a worker.
@@ -310,6 +322,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	// starts on a goroutine whose stack has already grown, and a parked
 	// run holds none of them.
 	jobs := make(chan job)
+	if err := w.openPool(ctx, jobs); err != nil {
+		return err
+	}
+	defer w.closePool()
 	var runners sync.WaitGroup
 	for range w.cfg.Concurrency {
 		runners.Add(1)
@@ -317,7 +333,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			defer runners.Done()
 			for j := range jobs {
 				began := time.Now()
-				w.handle(stepCtx, j.msg)
+				w.handle(stepCtx, j)
 				j.clock.observe(time.Since(began))
 				w.release(1)
 			}
@@ -338,6 +354,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	pullers.Wait()
+	w.closeQueue()
 	close(jobs)
 
 	done := make(chan struct{})

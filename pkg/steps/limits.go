@@ -1,0 +1,75 @@
+package steps
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+)
+
+// Limited is implemented by a Definition whose steps use shared resources
+// (Uses); *Workflow[S] implements it. The worker asks it which resource a
+// step holds a slot of, and under which fairness key a run queues.
+type Limited interface {
+	// Uses returns the resource step holds a slot of while it runs, or "".
+	Uses(step string) string
+	// FairnessKeyOf returns the fairness key of a run whose input is
+	// input: "" when the workflow sets none, or when the input does not
+	// decode (such runs share one key).
+	FairnessKeyOf(input json.RawMessage) string
+}
+
+// FairnessKey sets how a run's fairness key is computed from its input
+// (decoded as the first step gets it): runs waiting for a resource's
+// slots are served round-robin between keys and in order within a key,
+// so a tenant with 10,000 runs queued does not delay a tenant with one.
+//
+//	steps.New[Claim]("claim", 1).FairnessKey(func(c Claim) string { return c.Tenant })
+//
+// The key is a function of the input, not of the state at each step: the
+// input never changes, so every worker computes the same key for every
+// step of the run. Without FairnessKey a workflow's runs share one key.
+func (w *Workflow[S]) FairnessKey(fn func(input S) string) *Workflow[S] {
+	w.fairness = func(input json.RawMessage) (string, error) {
+		st, err := w.initial(input)
+		if err != nil {
+			return "", err
+		}
+		return fn(st), nil
+	}
+	return w
+}
+
+// Uses returns the resource step holds a slot of while it runs, or "".
+func (w *Workflow[S]) Uses(step string) string { return w.steps[step].cfg.uses }
+
+// FairnessKeyOf returns the fairness key of a run of input (see
+// FairnessKey).
+func (w *Workflow[S]) FairnessKeyOf(input json.RawMessage) string {
+	if w.fairness == nil {
+		return ""
+	}
+	key, err := w.fairness(input)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+// initial is the state the first step gets from input.
+func (w *Workflow[S]) initial(input json.RawMessage) (S, error) {
+	var st S
+	switch {
+	case w.init != nil:
+		return w.init(input)
+	case len(input) > 0 && string(input) != "null":
+		return st, decodeState(input, &st)
+	}
+	return st, nil
+}
+
+var resourceRE = regexp.MustCompile(`^[A-Za-z0-9_-]([A-Za-z0-9_.-]{0,62}[A-Za-z0-9_-])?$`)
+
+// validResource checks a resource's name as pkg/flow does a limit's.
+func validResource(name string) bool {
+	return resourceRE.MatchString(name) && !strings.Contains(name, "..")
+}

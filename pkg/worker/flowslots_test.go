@@ -1,0 +1,154 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/checkpoint"
+	"github.com/durable-run/durable/pkg/flow"
+	"github.com/durable-run/durable/pkg/steps"
+	"github.com/durable-run/durable/pkg/worker"
+)
+
+type tenantRun struct {
+	Tenant string `json:"tenant"`
+	N      int    `json:"n"`
+}
+
+// modelFlow is a workflow of a step "prep" and a step "call" that uses
+// resource "model" and waits d, counted in f; started reports the runs in
+// the order their call began.
+func modelFlow(d time.Duration, f *inFlight, started func(tenantRun)) *steps.Workflow[tenantRun] {
+	w := steps.New[tenantRun]("modelflow", 1).FairnessKey(func(in tenantRun) string { return in.Tenant })
+	call := w.Ref("call")
+	w.Step("prep", func(_ context.Context, _ *steps.Context, st tenantRun) (steps.Outcome[tenantRun], error) {
+		return steps.Next(call, st), nil
+	})
+	w.Step("call", func(ctx context.Context, _ *steps.Context, st tenantRun) (steps.Outcome[tenantRun], error) {
+		f.enter()
+		defer f.now.Add(-1)
+		if started != nil {
+			started(st)
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return steps.Outcome[tenantRun]{}, ctx.Err()
+		}
+		return steps.Complete(st), nil
+	}, steps.Uses("model"))
+	return w
+}
+
+func flowStore(t *testing.T, h *harness, concurrency int) *flow.Store {
+	t.Helper()
+	st, err := flow.NewStore(context.Background(), h.js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetConcurrency(context.Background(), "model", concurrency, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestConcurrencyLimitHoldsAcrossWorkers: two workers of 8 slots each run
+// 40 runs whose "call" step uses "model", limited to 3: never more than 3
+// calls at once, every run completes, and the waiting steps held no
+// worker slot (the "prep" steps all ran while the calls queued).
+func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t, kind)
+			st := flowStore(t, h, 3)
+			var f inFlight
+			for range 2 {
+				reg := steps.NewRegistry()
+				if err := reg.Register(modelFlow(40*time.Millisecond, &f, nil)); err != nil {
+					t.Fatal(err)
+				}
+				_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = st, 8 })
+				defer stop()
+			}
+			for i := range 40 {
+				h.start("modelflow", fmt.Sprintf("m-%02d", i), fmt.Sprintf(`{"tenant":"t%d","n":%d}`, i%4, i))
+			}
+			for i := range 40 {
+				h.waitStatus(fmt.Sprintf("m-%02d", i), checkpoint.StatusCompleted, 60*time.Second)
+			}
+			if p := f.peak.Load(); p > 3 || p < 2 {
+				t.Fatalf("at most %d calls at once; want 3 (the limit)", p)
+			}
+			t.Logf("40 runs, at most %d calls at once", f.peak.Load())
+		})
+	}
+}
+
+// TestConcurrencyLimitIsFairBetweenTenants: with a limit of 1, tenant a
+// queues 30 runs and then tenant b 3; b's calls all begin before 8 more
+// of a's have.
+func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t, kind)
+			st := flowStore(t, h, 1)
+			var f inFlight
+			var mu sync.Mutex
+			var order []string
+			reg := steps.NewRegistry()
+			if err := reg.Register(modelFlow(20*time.Millisecond, &f, func(r tenantRun) {
+				mu.Lock()
+				order = append(order, r.Tenant)
+				mu.Unlock()
+			})); err != nil {
+				t.Fatal(err)
+			}
+			_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = st, 4 })
+			defer stop()
+			for i := range 30 {
+				h.start("modelflow", fmt.Sprintf("a-%02d", i), `{"tenant":"a"}`)
+			}
+			// b comes once a's calls queue.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				n := len(order)
+				mu.Unlock()
+				if n >= 2 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			mu.Lock()
+			before := len(order)
+			mu.Unlock()
+			for i := range 3 {
+				h.start("modelflow", fmt.Sprintf("b-%02d", i), `{"tenant":"b"}`)
+			}
+			for i := range 3 {
+				h.waitStatus(fmt.Sprintf("b-%02d", i), checkpoint.StatusCompleted, 60*time.Second)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			lastB := -1
+			for i, k := range order {
+				if k == "b" {
+					lastB = i
+				}
+			}
+			as := 0
+			for _, k := range order[before:lastB] {
+				if k == "a" {
+					as++
+				}
+			}
+			if as >= 8 || f.peak.Load() != 1 {
+				t.Fatalf("%d of a's calls began between b's start and b's last call (peak %d): %v", as, f.peak.Load(), order)
+			}
+			t.Logf("b's 3 calls began within %d of a's", as)
+		})
+	}
+}
