@@ -160,8 +160,12 @@ func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) deci
 			need -= take
 		}
 	} else if need > 0 {
-		take := min(need, max(r.rec.Limit-others-d.n, 0))
-		d.n += take
+		// With nobody else wanting, take as many again as held: a pool
+		// whose load grows takes its slots in a few writes, not one per
+		// caller that finds none free.
+		free := max(r.rec.Limit-others-d.n, 0)
+		take := min(need, free)
+		d.n += min(need+max(d.n, need), free)
 		need -= take
 	}
 	d.want = need
@@ -187,13 +191,9 @@ func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) deci
 // lease (p.mu held) and returns when to look again for that.
 func (r *resource) idle(leaseFor time.Duration, now time.Time, d *decision) time.Time {
 	if r.inUse > 0 || r.queue.len() > 0 {
-		r.idleSince = time.Time{}
 		return d.next
 	}
-	if r.idleSince.IsZero() {
-		r.idleSince = now
-	}
-	if end := r.idleSince.Add(leaseFor); now.Before(end) {
+	if end := r.lastUsed.Add(leaseFor); now.Before(end) {
 		return end
 	}
 	d.n = 0

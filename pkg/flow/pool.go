@@ -74,8 +74,8 @@ type resource struct {
 	until      time.Time
 	inUse      int
 	queue      fairQueue
-	// idleSince: when the pool last had nothing of it in use or queued.
-	idleSince time.Time
+	// lastUsed: when a caller last took or gave back a slot here.
+	lastUsed time.Time
 }
 
 // A Slot is one call's place in a concurrency limit. Release it when the
@@ -87,6 +87,10 @@ type Slot struct {
 	// Waited is how long the caller queued for the slot.
 	Waited time.Duration
 }
+
+// Name is the resource the slot is of ("" for a slot of nobody's: the
+// resource has no limit).
+func (s *Slot) Name() string { return s.name }
 
 // Release gives the slot back (to the next caller queued here, or to
 // the fleet).
@@ -174,6 +178,25 @@ func (p *Pool) Limited(name string) bool {
 	return r != nil && r.limited
 }
 
+// TryAcquire takes a slot of name if one is free here now, without
+// queueing: nil when none is (then Acquire queues the caller). A name
+// with no limit always has one.
+func (p *Pool) TryAcquire(name string) *Slot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.res[name]
+	if r == nil || !r.limited {
+		return &Slot{}
+	}
+	now := time.Now()
+	r.lastUsed = now
+	if r.queue.len() == 0 && r.held > r.inUse && !r.yields(p.id, now) {
+		r.inUse++
+		return &Slot{p: p, name: name}
+	}
+	return nil
+}
+
 // Acquire takes a slot of name for a call whose fairness key is key. It
 // returns the slot when one is free here now (a name with no limit
 // always has one). Otherwise it queues the caller and returns a Ticket:
@@ -187,6 +210,7 @@ func (p *Pool) Acquire(name, key string, granted func(*Slot)) (*Slot, *Ticket) {
 		return &Slot{}, nil
 	}
 	now := time.Now()
+	r.lastUsed = now
 	if r.queue.len() == 0 && r.held > r.inUse && !r.yields(p.id, now) {
 		r.inUse++
 		p.mu.Unlock()
@@ -237,7 +261,8 @@ func (p *Pool) release(name string) {
 		return
 	}
 	r.inUse = max(r.inUse-1, 0)
-	grants := r.fill(p, time.Now())
+	r.lastUsed = time.Now()
+	grants := r.fill(p, r.lastUsed)
 	poke := r.queue.len() > 0 || r.held > r.inUse && r.othersWant(p.id, time.Now())
 	p.mu.Unlock()
 	grant(grants)
@@ -296,7 +321,7 @@ func (r *resource) unlimit(now time.Time) []grantTo {
 	for r.queue.len() > 0 {
 		w := r.queue.pop()
 		w.gone = true
-		out = append(out, grantTo{w: w, s: &Slot{Waited: now.Sub(w.since)}})
+		out = append(out, grantTo{w: w, s: &Slot{name: r.name, Waited: now.Sub(w.since)}})
 	}
 	r.limited, r.held, r.want, r.inUse, r.rec = false, 0, 0, 0, slotRecord{}
 	return out
@@ -352,7 +377,7 @@ func (p *Pool) observe(e jetstream.KeyValueEntry) {
 	p.mu.Lock()
 	r := p.res[name]
 	if r == nil {
-		r = &resource{name: name, idleSince: time.Now()}
+		r = &resource{name: name, lastUsed: time.Now()}
 		p.res[name] = r
 	}
 	var grants []grantTo

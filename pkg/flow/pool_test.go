@@ -282,3 +282,30 @@ func jsOf(tb testing.TB, srv *testenv.NATS) jetstream.JetStream {
 	_, js := srv.Connect(tb)
 	return js
 }
+
+// TestPoolKeepsSlotsItKeepsUsing: a pool that uses a slot every few
+// milliseconds for longer than its lease keeps holding it: each call
+// finds it free here, with no round trip (a pool that took "idle at one
+// look" for "idle for a lease" gave its slots back under steady use).
+func TestPoolKeepsSlotsItKeepsUsing(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	p, st := pool(t, srv, time.Second)
+	if _, err := st.SetConcurrency(ctxT(t), "model", 10, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees the limit", func() bool { return p.Limited("model") })
+	acquire(t, p, "model", "k").Release()
+	missed := 0
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); {
+		s := p.TryAcquire("model")
+		if s == nil {
+			missed++
+			s = acquire(t, p, "model", "k")
+		}
+		s.Release()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if missed > 0 {
+		t.Errorf("%d calls found no slot free in a pool using one of a limit of 10 all along", missed)
+	}
+}
