@@ -40,6 +40,11 @@ type Config struct {
 	LatencyRuns int
 	// Concurrency is the worker's steps in flight. Default 128.
 	Concurrency int
+	// FlowLimit > 0 runs durable's workers with a flow store and a
+	// concurrency limit of FlowLimit on the resource every claims-9 step
+	// uses (FlowResource): above Concurrency it does not bind, and
+	// measures what flow control costs when it does not limit.
+	FlowLimit int
 	// SkipFloor leaves out the floors, bare pipelines (and the ratios).
 	SkipFloor bool
 	// Parked is N, the runs the waiting-at-scale phase parks at an
@@ -215,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (_ *Bench, err error) {
 	}
 	b.report = Report{
 		Workload: "claims-9", StateBytes: stateBytes(), Runs: cfg.Runs, LatencyRuns: cfg.LatencyRuns,
-		Concurrency: cfg.Concurrency, CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
+		Concurrency: cfg.Concurrency, FlowLimit: cfg.FlowLimit, CPUs: runtime.NumCPU(), OS: runtime.GOOS + "/" + runtime.GOARCH,
 		NATSServer: server.VERSION, RedisServer: b.srv.RedisVersion, WorkerLogLevel: cfg.WorkerLogLevel,
 		Durability: cfg.Durability,
 	}

@@ -218,7 +218,11 @@ func (b *Bench) Open(ctx context.Context, name string) (_ *Meter, err error) {
 	if b.cfg.ProfileDir != "" {
 		profile = filepath.Join(b.cfg.ProfileDir, "worker-"+sys.name+".pprof")
 	}
-	args := workerArgs(sys.mode, b.srv.NATSURL, sys.redisURL, b.cfg.Concurrency, b.cfg.WorkerLogLevel, profile)
+	var extra []string
+	if b.cfg.FlowLimit > 0 && sys.mode == ModeDurable {
+		extra = []string{"--flow-limit", strconv.Itoa(b.cfg.FlowLimit)}
+	}
+	args := workerArgs(sys.mode, b.srv.NATSURL, sys.redisURL, b.cfg.Concurrency, b.cfg.WorkerLogLevel, profile, extra...)
 	if m.worker, err = startWorker(ctx, b.cfg.WorkerCommand, args, filepath.Join(b.dir, "worker-"+sys.name+".log")); err != nil {
 		return nil, fmt.Errorf("%s: %w", sys.name, err)
 	}

@@ -11,11 +11,13 @@ import (
 
 // Report is what a bench measured.
 type Report struct {
-	Workload       string `json:"workload"`
-	StateBytes     int    `json:"state_bytes"`
-	Runs           int    `json:"runs"`
-	LatencyRuns    int    `json:"latency_runs"`
-	Concurrency    int    `json:"concurrency"`
+	Workload    string `json:"workload"`
+	StateBytes  int    `json:"state_bytes"`
+	Runs        int    `json:"runs"`
+	LatencyRuns int    `json:"latency_runs"`
+	Concurrency int    `json:"concurrency"`
+	// FlowLimit is durable's concurrency limit on every step (0: none).
+	FlowLimit      int    `json:"flow_limit,omitempty"`
 	CPUs           int    `json:"cpus"`
 	OS             string `json:"os"`
 	NATSServer     string `json:"nats_server"`
@@ -104,8 +106,12 @@ func (r *Report) ratios() {
 }
 
 func (r *Report) describe() string {
-	return fmt.Sprintf("%d steps, %d-byte state; W=%d runs at once, R=%d runs one at a time; one worker process at concurrency %d; %d CPUs",
+	s := fmt.Sprintf("%d steps, %d-byte state; W=%d runs at once, R=%d runs one at a time; one worker process at concurrency %d; %d CPUs",
 		StepsPerRun, r.StateBytes, r.Runs, r.LatencyRuns, r.Concurrency, r.CPUs)
+	if r.FlowLimit > 0 {
+		s += fmt.Sprintf("; every durable step takes a slot of a concurrency limit of %d", r.FlowLimit)
+	}
+	return s
 }
 
 // ResultLines are the RESULT lines of WORKLOAD.md, one per durable store.

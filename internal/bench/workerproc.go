@@ -26,6 +26,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
+	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -107,6 +108,9 @@ type workerOptions struct {
 	mode, workload, natsURL, redisURL, cpuProfile, storeName string
 	stats                                                    bool
 	concurrency                                              int
+	// flowLimit > 0 sets a concurrency limit of that many on FlowResource,
+	// which every claims-9 step uses, and runs the worker with it.
+	flowLimit int
 	level                                                    zerolog.Level
 }
 
@@ -121,6 +125,7 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 	fs.StringVar(&o.redisURL, "redis", "", "Redis URL: durable's checkpoint store (empty: JetStream KV); required by the floor")
 	fs.StringVar(&o.storeName, "store-name", "", "durable's store: its Redis key prefix or its KV bucket (empty: the store's default, durable)")
 	fs.IntVar(&o.concurrency, "concurrency", 128, "steps in flight")
+	fs.IntVar(&o.flowLimit, "flow-limit", 0, "N: a concurrency limit of N on the resource every claims-9 step uses (0: none, and no flow store)")
 	level := fs.String("log-level", "info", "zerolog level")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the process, from ready to exit, to `file`")
 	if err := fs.Parse(args); err != nil {
@@ -139,6 +144,8 @@ func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
 		return o, errors.New("bench-worker: a floor needs --redis")
 	case o.concurrency < 1:
 		return o, fmt.Errorf("bench-worker: --concurrency %d: want at least 1", o.concurrency)
+	case o.flowLimit < 0:
+		return o, fmt.Errorf("bench-worker: --flow-limit %d: want 0 (none) or more", o.flowLimit)
 	}
 	lvl, err := zerolog.ParseLevel(*level)
 	if err != nil || lvl == zerolog.NoLevel {
@@ -188,6 +195,10 @@ func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStre
 	} else if store, err = kvstore.New(ctx, js, kvstore.Options{Bucket: o.storeName}); err != nil {
 		return fmt.Errorf("open JetStream KV store: %w", err)
 	}
+	flowStore, err := openFlow(ctx, js, o.flowLimit)
+	if err != nil {
+		return err
+	}
 	reg := Registry()
 	switch o.workload {
 	case WorkloadPark:
@@ -197,7 +208,7 @@ func runDurableWorker(ctx context.Context, o workerOptions, js jetstream.JetStre
 	}
 	w, err := worker.New(worker.Config{
 		JetStream: js, Store: store, Registry: reg,
-		Concurrency: o.concurrency, Logger: log,
+		Concurrency: o.concurrency, Logger: log, Flow: flowStore,
 	})
 	if err != nil {
 		return err
@@ -433,6 +444,22 @@ func ownWorker() (func(args []string) *exec.Cmd, error) {
 }
 
 // workerArgs are the flags of a worker process.
+// openFlow opens the flow store and sets a concurrency limit of limit on
+// FlowResource; nil when limit is 0.
+func openFlow(ctx context.Context, js jetstream.JetStream, limit int) (*flow.Store, error) {
+	if limit == 0 {
+		return nil, nil
+	}
+	st, err := flow.NewStore(ctx, js, flow.StoreOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := st.SetConcurrency(ctx, FlowResource, limit, "bench"); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
 func workerArgs(mode, natsURL, redisURL string, concurrency int, level, cpuProfile string, extra ...string) []string {
 	args := []string{"--mode", mode, "--nats", natsURL, "--concurrency", strconv.Itoa(concurrency), "--log-level", level}
 	args = append(args, extra...)

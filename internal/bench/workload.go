@@ -64,6 +64,11 @@ func Input(runID string) json.RawMessage {
 	return b
 }
 
+// FlowResource is the resource every claims-9 step uses (steps.Uses): with
+// no limit set on it (the bench's default), it costs a map lookup a step;
+// `durable bench --flow-limit N` measures a limit of N on it.
+const FlowResource = "bench-model"
+
 // Registry holds only the claims-9 workflow.
 func Registry() *steps.Registry {
 	wf := steps.New[State](Workflow, WorkflowVersion)
@@ -79,7 +84,7 @@ func Registry() *steps.Registry {
 				return steps.Complete(s), nil
 			}
 			return steps.Next(refs[n], s), nil
-		})
+		}, steps.Uses(FlowResource))
 	}
 	return steps.NewRegistry().MustRegister(wf)
 }

@@ -20,6 +20,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	runs := fs.Int("runs", 2000, "W: runs started at once for throughput")
 	latencyRuns := fs.Int("latency-runs", 50, "R: runs one at a time for per-step latency")
 	concurrency := fs.Int("concurrency", 128, "steps in flight in the one worker process")
+	flowLimit := fs.Int("flow-limit", 0, "N: durable's workers take a slot of a concurrency limit of N for every step (above --concurrency it does not bind: what flow control costs when it does not limit); 0: no flow control")
 	skipFloor := fs.Bool("skip-floor", false, "do not measure the floor (bare pipeline) nor print ratios to it")
 	asJSON := fs.Bool("json", false, "print the report as JSON (progress goes to stderr)")
 	profile := fs.String("profile", "", "write a CPU profile of each worker process to `dir` (worker-<system>.pprof), and of the parked runs' sweep (sweep-durable-redis.pprof)")
@@ -39,7 +40,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *durability != bench.DurabilityDefault && *durability != bench.DurabilityStrict {
 		return service.Usagef("bench: --durability %q: want default or strict", *durability)
 	}
-	cfg := bench.Config{Durability: *durability, Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
+	cfg := bench.Config{Durability: *durability, Runs: *runs, LatencyRuns: *latencyRuns, Concurrency: *concurrency, FlowLimit: *flowLimit, SkipFloor: *skipFloor, ProfileDir: *profile, Progress: stdout, Parked: *parked, SweepSchedulers: *sweepers}
 	switch *store {
 	case "all":
 		cfg.Stores = []string{bench.StoreRedis, bench.StoreKV}
@@ -50,6 +51,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *runs < 1 || *latencyRuns < 1 || *concurrency < 1 {
 		return service.Usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
+	}
+	if *flowLimit < 0 {
+		return service.Usagef("bench: --flow-limit %d: give a limit, or 0 for no flow control", *flowLimit)
 	}
 	switch {
 	case *parked < 0:

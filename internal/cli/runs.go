@@ -367,6 +367,9 @@ func stateNotices(state json.RawMessage) []string {
 // did next.
 func stepDetail(cp client.CheckpointView, v client.RunView) string {
 	var parts []string
+	if cp.Resource != "" {
+		parts = append(parts, fmt.Sprintf("waited %s for a slot of %s", fmtMS(cp.SlotWaitMS), cp.Resource))
+	}
 	for _, e := range cp.Effects {
 		if e.Replayed {
 			parts = append(parts, "effect "+e.Key+" REPLAYED")

@@ -410,6 +410,11 @@ type Checkpoint struct {
 	Spend float64 `json:"spend,omitempty"`
 	// DurationMS is how long the step body ran in the committing attempt.
 	DurationMS float64 `json:"duration_ms"`
+	// Resource and SlotWaitMS: the committing attempt queued SlotWaitMS
+	// for a slot of Resource's concurrency limit before its body ran
+	// (steps.Uses); unset when it found one free.
+	Resource   string  `json:"resource,omitempty"`
+	SlotWaitMS float64 `json:"slot_wait_ms,omitempty"`
 }
 
 // Size is the length of cp's JSON document, computed without encoding
@@ -437,6 +442,9 @@ func (cp Checkpoint) Size() int {
 	}
 	if cp.Error != "" {
 		n += len(`,"error":""`) + len(cp.Error)
+	}
+	if cp.Resource != "" {
+		n += len(`,"resource":"","slot_wait_ms":`) + len(cp.Resource) + 24
 	}
 	if cp.Gen != 0 {
 		n += len(`,"gen":`) + 20

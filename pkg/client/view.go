@@ -77,9 +77,13 @@ type CheckpointView struct {
 	Gen     int    `json:"gen,omitempty"`
 	Next    string `json:"next,omitempty"`
 	// FanOut is the number of branches the step fanned out to.
-	FanOut     int                  `json:"fan_out,omitempty"`
-	Status     checkpoint.Status    `json:"status"`
-	DurationMS float64              `json:"duration_ms"`
+	FanOut     int               `json:"fan_out,omitempty"`
+	Status     checkpoint.Status `json:"status"`
+	DurationMS float64           `json:"duration_ms"`
+	// Resource and SlotWaitMS: the step queued SlotWaitMS for a slot of
+	// Resource's concurrency limit before it ran (unset: it did not).
+	Resource   string               `json:"resource,omitempty"`
+	SlotWaitMS float64              `json:"slot_wait_ms,omitempty"`
 	Calls      int                  `json:"calls"`
 	Replayed   int                  `json:"replayed_calls"`
 	Journal    []CallView           `json:"journal,omitempty"`
@@ -259,7 +263,8 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 // effects, children and branches to v.
 func (c *Client) viewCheckpoint(ctx context.Context, v *RunView, run checkpoint.Run, cp checkpoint.Checkpoint) (CheckpointView, error) {
 	cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: CheckpointBytes(cp), At: cp.At, Attempt: cp.Attempt,
-		Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal)}
+		Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal),
+		Resource: cp.Resource, SlotWaitMS: cp.SlotWaitMS}
 	for _, call := range cp.Journal {
 		if call.Replayed {
 			cv.Replayed++

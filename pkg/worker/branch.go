@@ -125,6 +125,7 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 		Of: len(fan.FanOut.Branches), Status: checkpoint.StatusRunning, Gen: run.Resumes, Redrives: run.Redrives, Journal: sctx.Calls(), Effects: sctx.Effects(),
 		Attempt: d.attempt, At: time.Now().UTC(), Spend: sctx.Spent(),
 		DurationMS: float64(took.Microseconds()) / 1000,
+		Resource:   d.resource, SlotWaitMS: float64(d.waited.Microseconds()) / 1000,
 	}
 	size := cp.Size()
 	warn, err := w.cfg.Budget.Check(run.ID, m.BranchOf, size)

@@ -55,9 +55,8 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 	if d.slot != nil {
 		s := d.slot
 		d.slot = nil
-		if s.Waited > 0 {
-			d.log.Info().Dur("waited", s.Waited).Msg("slot granted")
-		}
+		d.resource, d.waited = s.Name(), s.Waited
+		d.log.Info().Str("resource", d.resource).Dur("waited", s.Waited).Msg("slot granted")
 		return s, true
 	}
 	lim, ok := def.(steps.Limited)
@@ -65,9 +64,14 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 		return nil, true
 	}
 	resource := lim.Uses(d.name)
-	if resource == "" || !w.pool.Limited(resource) {
+	if resource == "" {
 		return nil, true
 	}
+	if s := w.pool.TryAcquire(resource); s != nil {
+		return s, true
+	}
+	// None free: the fairness key (a decoding of the input) is only
+	// needed to queue.
 	wt := &waiting{msg: d.raw, clock: d.clock}
 	wt.hb = startHeartbeat(d.raw, w.heartbeat, w.markQueued(run.ID))
 	w.queue.mu.Lock()

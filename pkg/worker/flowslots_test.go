@@ -149,6 +149,11 @@ func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 				t.Fatalf("%d of a's calls began between b's start and b's last call (peak %d): %v", as, f.peak.Load(), order)
 			}
 			t.Logf("b's 3 calls began within %d of a's", as)
+			// The checkpoint says the call waited for its slot.
+			cps := h.checkpoints("b-02")
+			if len(cps) != 2 || cps[1].Resource != "model" || cps[1].SlotWaitMS <= 0 || cps[0].Resource != "" {
+				t.Errorf("b-02's checkpoints do not say the call waited for a slot of model: %+v", cps)
+			}
 		})
 	}
 }

@@ -155,6 +155,10 @@ type delivery struct {
 	raw   jetstream.Msg
 	clock *stepClock
 	slot  *flow.Slot
+	// resource and waited: the delivery queued waited for a slot of
+	// resource (its checkpoint says so).
+	resource string
+	waited   time.Duration
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").

@@ -286,6 +286,7 @@ func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Re
 		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes,
 		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
 		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
+		Resource: d.resource, SlotWaitMS: float64(d.waited.Microseconds()) / 1000,
 	}
 	cp.Spend = sctx.Spent()
 	cp.Signals = sctx.ConsumedSignals()
