@@ -1,6 +1,11 @@
 package flow
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // SetLinger sets how long a record holding a slow-down only outlives its
 // block, so that a test sees it go in seconds.
@@ -12,12 +17,17 @@ func (s *Store) SetClock(now func() time.Time) { s.now = now }
 
 // QueueOrder pushes waiters of the keys given, in order, into a fair
 // queue, removes those listed in remove (by their index in keys), and
-// returns the keys in the order the queue serves them.
+// returns the keys in the order the queue serves them. A key "k@p" has
+// priority p.
 func QueueOrder(keys []string, remove []int) []string {
 	var q fairQueue
 	ws := make([]*waiter, len(keys))
 	for i, k := range keys {
 		ws[i] = &waiter{key: k}
+		if name, prio, ok := strings.Cut(k, "@"); ok {
+			ws[i].prio, _ = strconv.Atoi(prio)
+			ws[i].key = name
+		}
 		q.push(ws[i])
 	}
 	for _, i := range remove {
@@ -25,7 +35,12 @@ func QueueOrder(keys []string, remove []int) []string {
 	}
 	var out []string
 	for q.len() > 0 {
-		out = append(out, q.pop().key)
+		w := q.pop()
+		if w.prio != 0 {
+			out = append(out, fmt.Sprintf("%s@%d", w.key, w.prio))
+			continue
+		}
+		out = append(out, w.key)
 	}
 	return out
 }

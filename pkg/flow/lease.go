@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"slices"
 	"sort"
 	"time"
 )
@@ -247,78 +246,6 @@ func (p *Pool) giveBackAll() {
 			}
 			backOff(attempt + 1)
 		}
-	}
-}
-
-// fairQueue holds the callers waiting for one limit's slots: a FIFO per
-// fairness key, and the keys in a ring served in turn.
-type fairQueue struct {
-	keys map[string][]*waiter
-	ring []string
-	next int
-	n    int
-}
-
-func (q *fairQueue) len() int { return q.n }
-
-func (q *fairQueue) push(w *waiter) {
-	if q.keys == nil {
-		q.keys = map[string][]*waiter{}
-	}
-	ws, ok := q.keys[w.key]
-	if !ok {
-		q.ring = append(q.ring, w.key)
-	}
-	q.keys[w.key] = append(ws, w)
-	q.n++
-}
-
-// pop takes the first caller of the next key in turn.
-func (q *fairQueue) pop() *waiter {
-	i := q.next % len(q.ring)
-	key := q.ring[i]
-	ws := q.keys[key]
-	w := ws[0]
-	ws[0] = nil
-	q.take(key, i, ws[1:])
-	return w
-}
-
-// remove takes w out of the queue, wherever it is, leaving the turn
-// where it was.
-func (q *fairQueue) remove(w *waiter) {
-	ws := q.keys[w.key]
-	j := slices.Index(ws, w)
-	i := slices.Index(q.ring, w.key)
-	if j < 0 || i < 0 {
-		return
-	}
-	turn := q.next
-	rest := append(ws[:j:j], ws[j+1:]...)
-	q.take(w.key, i, rest)
-	if len(rest) == 0 && turn > i {
-		turn--
-	}
-	q.next = turn
-	if len(q.ring) == 0 {
-		q.next = 0
-	}
-}
-
-// take stores key's callers left (rest) after one was taken from it;
-// key is at ring[i]. The turn goes to the key after it.
-func (q *fairQueue) take(key string, i int, rest []*waiter) {
-	q.n--
-	if len(rest) > 0 {
-		q.keys[key] = rest
-		q.next = i + 1
-		return
-	}
-	delete(q.keys, key)
-	q.ring = append(q.ring[:i], q.ring[i+1:]...)
-	q.next = i
-	if len(q.ring) == 0 {
-		q.ring, q.next = nil, 0
 	}
 }
 

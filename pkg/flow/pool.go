@@ -110,6 +110,7 @@ type Ticket struct {
 
 type waiter struct {
 	key     string
+	prio    int
 	since   time.Time
 	granted func(*Slot)
 	gone    bool // granted or cancelled
@@ -197,12 +198,19 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	return nil
 }
 
-// Acquire takes a slot of name for a call whose fairness key is key. It
-// returns the slot when one is free here now (a name with no limit
-// always has one). Otherwise it queues the caller and returns a Ticket:
-// granted is called with the slot once one frees, on a goroutine of the
-// pool that it must not block.
-func (p *Pool) Acquire(name, key string, granted func(*Slot)) (*Slot, *Ticket) {
+// Queue says where a caller waits while no slot is free: behind the
+// callers of a higher Priority, and among those of its own round-robin
+// between fairness keys (Key), in the order they came within a key.
+type Queue struct {
+	Key      string
+	Priority int
+}
+
+// Acquire takes a slot of name. It returns the slot when one is free here
+// now (a name with no limit always has one). Otherwise it queues the
+// caller as q says and returns a Ticket: granted is called with the slot
+// once one frees, on a goroutine of the pool that it must not block.
+func (p *Pool) Acquire(name string, q Queue, granted func(*Slot)) (*Slot, *Ticket) {
 	p.mu.Lock()
 	r := p.res[name]
 	if r == nil || !r.limited {
@@ -216,7 +224,7 @@ func (p *Pool) Acquire(name, key string, granted func(*Slot)) (*Slot, *Ticket) {
 		p.mu.Unlock()
 		return &Slot{p: p, name: name}, nil
 	}
-	w := &waiter{key: key, since: now, granted: granted}
+	w := &waiter{key: q.Key, prio: q.Priority, since: now, granted: granted}
 	r.queue.push(w)
 	p.mu.Unlock()
 	p.poke()

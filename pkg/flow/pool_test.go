@@ -26,6 +26,12 @@ func TestFairQueueServesKeysInTurnAndEachInOrder(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("order after removals %v, want %v", got, want)
 	}
+	// A higher priority goes first, keys still in turn within it.
+	got = flow.QueueOrder([]string{"a", "a", "b@2", "a@2", "b@2", "c@-1", "b"}, []int{4})
+	want = []string{"b@2", "a@2", "a", "b", "a", "c@-1"}
+	if !slices.Equal(got, want) {
+		t.Errorf("order with priorities %v, want %v", got, want)
+	}
 }
 
 // pool opens a pool on its own connection to srv, as another process
@@ -45,7 +51,7 @@ func pool(tb testing.TB, srv *testenv.NATS, lease time.Duration) (*flow.Pool, *f
 func acquire(tb testing.TB, p *flow.Pool, name, key string) *flow.Slot {
 	tb.Helper()
 	got := make(chan *flow.Slot, 1)
-	s, _ := p.Acquire(name, key, func(s *flow.Slot) { got <- s })
+	s, _ := p.Acquire(name, flow.Queue{Key: key}, func(s *flow.Slot) { got <- s })
 	if s != nil {
 		return s
 	}
@@ -62,7 +68,7 @@ func TestPoolUnlimitedNameNeedsNoRoundTrip(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	p, _ := pool(t, srv, 0)
 	for range 1000 {
-		s, tk := p.Acquire("nobody-limits-this", "k", func(*flow.Slot) { t.Error("queued") })
+		s, tk := p.Acquire("nobody-limits-this", flow.Queue{Key: "k"}, func(*flow.Slot) { t.Error("queued") })
 		if s == nil || tk != nil {
 			t.Fatal("a name with no limit queued")
 		}
@@ -175,7 +181,7 @@ func TestPoolIsFairBetweenKeys(t *testing.T) {
 	var order []string
 	slots := make(chan *flow.Slot, 200)
 	queue := func(key string) {
-		s, _ := p.Acquire("model", key, func(s *flow.Slot) {
+		s, _ := p.Acquire("model", flow.Queue{Key: key}, func(s *flow.Slot) {
 			mu.Lock()
 			order = append(order, key)
 			mu.Unlock()
@@ -257,7 +263,7 @@ func TestPoolDeletedLimitStartsEveryoneQueued(t *testing.T) {
 	held := acquire(t, p, "model", "a")
 	started := make(chan struct{}, 3)
 	for range 3 {
-		if s, _ := p.Acquire("model", "a", func(*flow.Slot) { started <- struct{}{} }); s != nil {
+		if s, _ := p.Acquire("model", flow.Queue{Key: "a"}, func(*flow.Slot) { started <- struct{}{} }); s != nil {
 			t.Fatal("not queued")
 		}
 	}

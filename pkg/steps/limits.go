@@ -16,6 +16,9 @@ type Limited interface {
 	// input: "" when the workflow sets none, or when the input does not
 	// decode (such runs share one key).
 	FairnessKeyOf(input json.RawMessage) string
+	// PriorityOf returns the priority of a run whose input is input: 0
+	// when the workflow sets none, or when the input does not decode.
+	PriorityOf(input json.RawMessage) int
 }
 
 // FairnessKey sets how a run's fairness key is computed from its input
@@ -37,6 +40,35 @@ func (w *Workflow[S]) FairnessKey(fn func(input S) string) *Workflow[S] {
 		return fn(st), nil
 	}
 	return w
+}
+
+// Priority sets how a run's priority is computed from its input (decoded
+// as the first step gets it): a run waiting for a resource's slot goes
+// before every run of a lower priority, whatever their fairness keys.
+// Without Priority every run has priority 0.
+//
+//	wf.Priority(func(c Claim) int { if c.Urgent { return 10 }; return 0 })
+func (w *Workflow[S]) Priority(fn func(input S) int) *Workflow[S] {
+	w.priority = func(input json.RawMessage) (int, error) {
+		st, err := w.initial(input)
+		if err != nil {
+			return 0, err
+		}
+		return fn(st), nil
+	}
+	return w
+}
+
+// PriorityOf returns the priority of a run of input (see Priority).
+func (w *Workflow[S]) PriorityOf(input json.RawMessage) int {
+	if w.priority == nil {
+		return 0
+	}
+	prio, err := w.priority(input)
+	if err != nil {
+		return 0
+	}
+	return prio
 }
 
 // Uses returns the resource step holds a slot of while it runs, or "".

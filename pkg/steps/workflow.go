@@ -75,6 +75,8 @@ type Workflow[S any] struct {
 	refs []string
 	// fairness computes a run's fairness key (Workflow.FairnessKey).
 	fairness func(input json.RawMessage) (string, error)
+	// priority computes a run's priority (Workflow.Priority).
+	priority func(input json.RawMessage) (int, error)
 	errs     []error
 }
 

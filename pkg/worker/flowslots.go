@@ -82,7 +82,8 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 		w.done(run.Workflow, d.name, "error", d)
 		return nil, false
 	}
-	s, ticket := w.pool.Acquire(resource, lim.FairnessKeyOf(run.Input), func(s *flow.Slot) { w.granted(wt, s) })
+	q := flow.Queue{Key: lim.FairnessKeyOf(run.Input), Priority: lim.PriorityOf(run.Input)}
+	s, ticket := w.pool.Acquire(resource, q, func(s *flow.Slot) { w.granted(wt, s) })
 	if s != nil {
 		w.queue.mu.Unlock()
 		wt.hb.stop()
