@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
+	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/service"
 )
 
@@ -96,9 +97,14 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		s.Ready(m)
 		defer s.Close()
 		c.WarnFewReplicas(ctx, s, log)
+		schedules, err := OpenSchedules(ctx, &c, s)
+		if err != nil {
+			return err
+		}
 		srv, err := New(Config{
 			Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, FourEyes: *fourEyes,
 			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(), SignalMetrics: m, TraceURL: *traceURL,
+			Schedules: schedules,
 		})
 		if err != nil {
 			return service.UsageError{Msg: err.Error()}
@@ -111,4 +117,16 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info().Msg("approver stopped")
 		return nil
 	})
+}
+
+// OpenSchedules opens the schedules the API serves (pkg/schedule's KV
+// bucket), creating the bucket with --replicas when it is missing, as a
+// scheduler does (pkg/schedulercmd.OpenSchedules, which the approver does
+// not call: it would link the scheduler).
+func OpenSchedules(ctx context.Context, c *service.Conn, s *service.Session) (*schedule.Store, error) {
+	st, err := schedule.NewStore(ctx, s.JetStream, schedule.StoreOptions{Replicas: c.Replicas})
+	if err != nil {
+		return nil, c.ReplicasError(fmt.Errorf("open the schedules: %w", err))
+	}
+	return st, nil
 }

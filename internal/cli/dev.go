@@ -248,7 +248,12 @@ func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath, 
 		set.Watch(ctx, tokPath, tokens.WatchInterval, approver.TokenReloads(alog, tokPath))
 		return nil
 	})
-	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: traceURL})
+	schedules, err := schedulercmd.OpenSchedules(ctx, &p.c, s)
+	if err != nil {
+		return err
+	}
+	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS,
+		Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: traceURL, Schedules: schedules})
 	if err != nil {
 		return err
 	}
