@@ -17,6 +17,7 @@ import (
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/schedule"
 )
 
 // Config configures a Server. Client and Tokens are required.
@@ -53,6 +54,10 @@ type Config struct {
 	// TraceURL links a run's page to its trace: a URL with {trace_id} in
 	// it, e.g. http://jaeger:16686/trace/{trace_id}. Empty: no link.
 	TraceURL string
+	// Schedules, when set, are served to operators at /api/schedules and
+	// on the page /schedules (the approver command opens the bucket
+	// durable_schedules). Nil: those answer 404.
+	Schedules *schedule.Store
 	// EventWindow is how old an event's ts may be. Default 5 minutes; an
 	// event from more than a minute in the future is refused too.
 	EventWindow time.Duration

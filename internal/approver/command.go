@@ -13,6 +13,7 @@ import (
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/metrics"
+	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/service"
 )
 
@@ -88,27 +89,47 @@ func RunCommand(ctx context.Context, args []string, stderr io.Writer) error {
 		return service.UsageError{Msg: err.Error()}
 	}
 	defer waitMetrics()
-	return service.KeepTrying(ctx, log, "approver start", func() error {
-		s, err := c.Open(ctx, "durable-approver", log)
-		if err != nil {
-			return err
-		}
-		s.Ready(m)
-		defer s.Close()
-		c.WarnFewReplicas(ctx, s, log)
-		srv, err := New(Config{
-			Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, FourEyes: *fourEyes,
-			Logger: &log, EventSecrets: systems, NATS: s.NATS, Metrics: m.Handler(), SignalMetrics: m, TraceURL: *traceURL,
-		})
-		if err != nil {
-			return service.UsageError{Msg: err.Error()}
-		}
-		log.Info().Str("http", ln.Addr().String()).Int("tokens", set.Len()).Int("event_systems", len(systems)).Bool("four_eyes", *fourEyes).Msg("approver serving")
-		if err := srv.Serve(ctx, ln); err != nil {
-			// Serve closed the listener: starting over can't help.
-			return service.FatalError{Err: err}
-		}
-		log.Info().Msg("approver stopped")
-		return nil
-	})
+	cfg := Config{Tokens: set, FourEyes: *fourEyes, Logger: &log, EventSecrets: systems, Metrics: m.Handler(), SignalMetrics: m, TraceURL: *traceURL}
+	return service.KeepTrying(ctx, log, "approver start", func() error { return serve(ctx, &c, cfg, ln, m) })
+}
+
+// serve connects, opens the schedules and serves cfg's approver on ln
+// until ctx ends: one attempt of RunCommand's, which tries again when
+// connecting fails.
+func serve(ctx context.Context, c *service.Conn, cfg Config, ln net.Listener, m *metrics.Metrics) error {
+	log := *cfg.Logger
+	s, err := c.Open(ctx, "durable-approver", log)
+	if err != nil {
+		return err
+	}
+	s.Ready(m)
+	defer s.Close()
+	c.WarnFewReplicas(ctx, s, log)
+	if cfg.Schedules, err = OpenSchedules(ctx, c, s); err != nil {
+		return err
+	}
+	cfg.Client, cfg.Store, cfg.NATS = client.New(s.JetStream, s.Store), s.Store, s.NATS
+	srv, err := New(cfg)
+	if err != nil {
+		return service.UsageError{Msg: err.Error()}
+	}
+	log.Info().Str("http", ln.Addr().String()).Int("tokens", cfg.Tokens.Len()).Int("event_systems", len(cfg.EventSecrets)).Bool("four_eyes", cfg.FourEyes).Msg("approver serving")
+	if err := srv.Serve(ctx, ln); err != nil {
+		// Serve closed the listener: starting over can't help.
+		return service.FatalError{Err: err}
+	}
+	log.Info().Msg("approver stopped")
+	return nil
+}
+
+// OpenSchedules opens the schedules the API serves (pkg/schedule's KV
+// bucket), creating the bucket with --replicas when it is missing, as a
+// scheduler does (pkg/schedulercmd.OpenSchedules, which the approver does
+// not call: it would link the scheduler).
+func OpenSchedules(ctx context.Context, c *service.Conn, s *service.Session) (*schedule.Store, error) {
+	st, err := schedule.NewStore(ctx, s.JetStream, schedule.StoreOptions{Replicas: c.Replicas})
+	if err != nil {
+		return nil, c.ReplicasError(fmt.Errorf("open the schedules: %w", err))
+	}
+	return st, nil
 }

@@ -36,6 +36,26 @@
 // events; the signal's id on the run derives from the system and the
 // event id, so a replay to any replica is delivered once.
 //
+// Operators (tokens of group OperatorsGroup only; 401 without a token,
+// 403 outside the group) have the runs API and pages (runs.go:
+// GET /api/runs, GET /api/runs/{run}, GET /api/dlq, POST
+// /api/runs/{run}/cancel and /redrive; pages /runs, /runs/{run}, /dlq)
+// and, with Config.Schedules, the schedules API and page (schedules.go,
+// through internal/scheduleops as `durable schedule` is):
+//
+//	GET    /api/schedules                  {"schedules": [schedule.View]}, by name
+//	GET    /api/schedules/{name}           schedule.View (as `schedule list --json`)
+//	POST   /api/schedules                  body schedule.Spec as JSON; 201 ScheduleCreated
+//	POST   /api/schedules/{name}/pause     schedule.View
+//	POST   /api/schedules/{name}/resume    schedule.View
+//	POST   /api/schedules/{name}/trigger   schedule.Fire; its run id is <name>-<now, to the second>
+//	DELETE /api/schedules/{name}           {"deleted": "<name>"}
+//
+// 400 a bad spec (the CLI's exit-2 message, naming the field and value)
+// or body, 404 unknown schedule or action, 409 a name taken (code exists)
+// or a trigger's run not started (code not_started). The page /schedules
+// shows them with next and last fire, and pauses, resumes and triggers.
+//
 // Events: subject durable.approvals.<system>, body Event, header
 // Durable-Signature: sha256=<hex HMAC-SHA256 of the body>. Event ids are
 // remembered in memory by the replica that handled them (several

@@ -27,6 +27,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/durable-run/durable/pkg/checkpoint/redisstore"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -101,9 +102,14 @@ func newHarness(t testing.TB, kind string, mod func(*approver.Config)) *harness 
 	}
 	h.set = set
 	log := zerolog.New(io.MultiWriter(h.logs, zerolog.NewTestWriter(t))).Level(zerolog.InfoLevel)
+	// The schedules are in a KV bucket whichever store the runs are in.
+	schedules, err := schedule.NewStore(ctx, js, schedule.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := approver.Config{
 		Client: h.client, Store: h.store, Tokens: set, FourEyes: true, Logger: &log,
-		EventSecrets: eventSystems, NATS: nc,
+		EventSecrets: eventSystems, NATS: nc, Schedules: schedules,
 	}
 	if mod != nil {
 		mod(&cfg)

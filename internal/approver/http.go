@@ -100,9 +100,13 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/api/runs/{run}", s.method(http.MethodGet, s.handleRun))
 	mux.HandleFunc("/api/runs/{run}/{action}", s.method(http.MethodPost, s.handleRunAction))
 	mux.HandleFunc("/api/dlq", s.method(http.MethodGet, s.handleDLQ))
+	mux.HandleFunc("/api/schedules", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.handleSchedules, http.MethodPost: s.handleCreateSchedule}))
+	mux.HandleFunc("/api/schedules/{name}", s.methods(map[string]http.HandlerFunc{http.MethodGet: s.handleSchedule, http.MethodDelete: s.handleDeleteSchedule}))
+	mux.HandleFunc("/api/schedules/{name}/{action}", s.method(http.MethodPost, s.handleScheduleAction))
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: the API is GET /api/approvals, GET /api/approvals/{run}, POST /api/approvals/{run}/approve and /reject, "+
-			"POST /api/runs/{run}/signals/{name}, GET /api/runs, GET /api/runs/{run}, POST /api/runs/{run}/cancel and /redrive, GET /api/dlq")
+			"POST /api/runs/{run}/signals/{name}, GET /api/runs, GET /api/runs/{run}, POST /api/runs/{run}/cancel and /redrive, GET /api/dlq, "+
+			"GET and POST /api/schedules, GET and DELETE /api/schedules/{name}, POST /api/schedules/{name}/pause, /resume and /trigger")
 	})
 	mux.HandleFunc("/healthz", s.method(http.MethodGet, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
@@ -115,6 +119,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/runs", s.method(http.MethodGet, s.handleRunsPage))
 	mux.HandleFunc("/runs/{run}", s.method(http.MethodGet, s.handleRunsPage))
 	mux.HandleFunc("/dlq", s.method(http.MethodGet, s.handleRunsPage))
+	mux.HandleFunc("/schedules", s.method(http.MethodGet, s.handleRunsPage))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -133,6 +138,28 @@ func (s *Server) method(m string, h http.HandlerFunc) http.HandlerFunc {
 			return
 		}
 		h(w, r)
+	}
+}
+
+// methods serves each method of hs with its handler (HEAD with GET's)
+// and answers 405 for the others.
+func (s *Server) methods(hs map[string]http.HandlerFunc) http.HandlerFunc {
+	var allowed []string
+	for m := range hs {
+		allowed = append(allowed, m)
+	}
+	sort.Strings(allowed)
+	return func(w http.ResponseWriter, r *http.Request) {
+		m := r.Method
+		if m == http.MethodHead {
+			m = http.MethodGet
+		}
+		if h, ok := hs[m]; ok {
+			h(w, r)
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, fmt.Sprintf("%s %s is not supported: use %s", r.Method, r.URL.Path, strings.Join(allowed, " or ")))
 	}
 }
 

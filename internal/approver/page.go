@@ -17,10 +17,10 @@ import (
 //go:embed inbox.html
 var inboxHTML []byte
 
-// runsHTML is the on-call's page, served at /runs, /runs/{run} and /dlq:
-// one file that reads its view from the path and renders what the runs
-// API answers, with textContent only (inputs and payloads may hold model
-// output).
+// runsHTML is the on-call's page, served at /runs, /runs/{run}, /dlq and
+// /schedules: one file that reads its view from the path and renders what
+// the runs and schedules API answers, with textContent only (inputs and
+// payloads may hold model output).
 //
 //go:embed runs.html
 var runsHTML []byte

@@ -23,7 +23,7 @@ import (
 // token (scoped to its groups' approvals) must not read.
 
 // OperatorsGroup is the token group that may read runs and cancel or
-// redrive them through the API.
+// redrive them through the API, and read and change schedules.
 const OperatorsGroup = "operators"
 
 // CodeConflict: the run is not in a state the action applies to.
@@ -79,7 +79,7 @@ func (s *Server) operator(w http.ResponseWriter, r *http.Request) (tokens.Identi
 	}
 	if !slices.Contains(who.Groups, OperatorsGroup) {
 		s.refuse(w, r, who.ID, r.PathValue("run"), http.StatusForbidden, CodeForbidden,
-			fmt.Sprintf("the runs API needs a token of group %q; %s is in %v", OperatorsGroup, who.ID, who.Groups))
+			fmt.Sprintf("the operators' API (runs, dead letters, schedules) needs a token of group %q; %s is in %v", OperatorsGroup, who.ID, who.Groups))
 		return who, false
 	}
 	return who, true

@@ -98,7 +98,7 @@ func parseDevFlags(args []string, stderr io.Writer) (devOptions, error) {
 	fs := service.NewFlagSet("durable dev", stderr)
 	fs.StringVar(&o.data, "data", ".durable", "data directory (JetStream store, payments records)")
 	fs.IntVar(&o.natsPort, "nats-port", 4222, "NATS port on 127.0.0.1 (other workers and the nats CLI can join)")
-	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "address of the approver (inbox /, runs pages /runs and /dlq, /api/approvals, /api/runs) and the demo APIs (/demo/payments, /demo/claims)")
+	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8080", "address of the approver (inbox /, runs pages /runs, /dlq and /schedules, /api/approvals, /api/runs, /api/schedules) and the demo APIs (/demo/payments, /demo/claims)")
 	fs.IntVar(&o.workers, "workers", 2, "in-process workers")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "steps each worker runs at once")
 	fs.DurationVar(&o.ackWait, "ack-wait", 5*time.Second, "redelivery timeout of an unacknowledged step")
@@ -248,7 +248,12 @@ func (p *devProcs) startApprover(ctx context.Context, env *devenv.Env, tokPath, 
 		set.Watch(ctx, tokPath, tokens.WatchInterval, approver.TokenReloads(alog, tokPath))
 		return nil
 	})
-	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS, Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: traceURL})
+	schedules, err := schedulercmd.OpenSchedules(ctx, &p.c, s)
+	if err != nil {
+		return err
+	}
+	srv, err := approver.New(approver.Config{Client: client.New(s.JetStream, s.Store), Store: s.Store, Tokens: set, Logger: &alog, NATS: s.NATS,
+		Metrics: p.m.Handler(), SignalMetrics: p.m, TraceURL: traceURL, Schedules: schedules})
 	if err != nil {
 		return err
 	}
@@ -272,7 +277,7 @@ func printDevBanner(stdout io.Writer, env *devenv.Env, o devOptions, dir, tokNot
   data            %s
   workers         %d in-process
   scheduler       in-process (expired waits, timers, stuck runs)
-  approver        %s/  (inbox; runs at /runs, dead letters at /dlq; /api/approvals, /api/runs; %s)
+  approver        %s/  (inbox; runs at /runs, dead letters at /dlq, schedules at /schedules; /api/approvals, /api/runs, /api/schedules; %s)
 Try:
   durable start claim --id claim-0001
   durable runs list

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/schedule"
 )
 
 // deployConf is the shipped NATS configuration the tests run unchanged.
@@ -311,6 +313,10 @@ func TestNATSPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opsToken, err := tokens.Create(tokenFile, "pat", []string{"operators"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	const erpSecret = "erp-secret-0123456789abcdef"
 	secrets := writeFile(t, dir, "event-secrets.json", `{"erp": {"secret": "`+erpSecret+`", "groups": ["adjusters", "supervisors"]}}`)
 	run("approver", func() error {
@@ -398,6 +404,7 @@ func TestNATSPermissions(t *testing.T) {
 	if r := durable("dlq", "list", "--json"); r.code != 0 {
 		t.Fatalf("dlq list: %s", r)
 	}
+	checkScheduleAPIRights(t, approverAddr(t, logs["approver"]), opsToken)
 
 	// Reminder events are the scheduler's; the claim workflow sends none,
 	// so publish one as the scheduler to show the right is there.
@@ -541,4 +548,63 @@ func apiGet(t *testing.T, addr, token, path string, into any) int {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 	return resp.StatusCode
+}
+
+// checkScheduleAPIRights: an operator creates, triggers (twice: the
+// second cancels the first's run, overlap cancel-previous), pauses and
+// deletes a schedule through the approver's API, which needs the
+// approver's user to read and write the schedules' bucket, start runs and
+// cancel them.
+func checkScheduleAPIRights(t *testing.T, addr, token string) {
+	t.Helper()
+	spec := `{"name": "sec-nightly", "workflow": "claim", "cron": "0 2 * * *", "overlap": "cancel-previous"}`
+	if code, body := apiDo(t, http.MethodPost, addr, token, "/api/schedules", spec); code != http.StatusCreated {
+		t.Fatalf("POST /api/schedules: %d %s", code, body)
+	}
+	trigger := func() schedule.Fire {
+		t.Helper()
+		code, body := apiDo(t, http.MethodPost, addr, token, "/api/schedules/sec-nightly/trigger", "")
+		var f schedule.Fire
+		if code != http.StatusOK || json.Unmarshal(body, &f) != nil || f.Result != schedule.Started {
+			t.Fatalf("trigger: %d %s", code, body)
+		}
+		return f
+	}
+	one := trigger()
+	var two schedule.Fire
+	testenv.Eventually(t, 5*time.Second, "a trigger in another second", func() bool {
+		two = trigger()
+		return two.RunID != one.RunID
+	})
+	if two.Cancelled != one.RunID {
+		t.Errorf("the second trigger %+v did not cancel %s", two, one.RunID)
+	}
+	for _, req := range []struct{ method, path string }{
+		{http.MethodPost, "/api/schedules/sec-nightly/pause"},
+		{http.MethodGet, "/api/schedules"},
+		{http.MethodDelete, "/api/schedules/sec-nightly"},
+	} {
+		if code, body := apiDo(t, req.method, addr, token, req.path, ""); code != http.StatusOK {
+			t.Fatalf("%s %s: %d %s", req.method, req.path, code, body)
+		}
+	}
+}
+
+func apiDo(t *testing.T, method, addr, token, path, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
 }

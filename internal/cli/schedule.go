@@ -6,11 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 	"time"
 
-	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/internal/scheduleops"
 	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
@@ -35,38 +34,17 @@ func cmdSchedule(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // openSchedules connects and opens the schedules, creating their bucket
 // when missing (an operator's first create).
-func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (*schedule.Store, *client.Client, func(), error) {
+func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (scheduleops.Ops, func(), error) {
 	cl, s, err := openClient(ctx, c, stderr)
 	if err != nil {
-		return nil, nil, nil, err
+		return scheduleops.Ops{}, nil, err
 	}
 	st, err := schedulercmd.OpenSchedules(ctx, c, s)
 	if err != nil {
 		s.Close()
-		return nil, nil, nil, err
+		return scheduleops.Ops{}, nil, err
 	}
-	return st, cl, s.Close, nil
-}
-
-// warnUnregistered says on stderr when no worker has registered workflow
-// yet: the schedule is kept (its workers may start later), but its fires
-// fail until one does.
-func warnUnregistered(ctx context.Context, cl *client.Client, workflow string, stderr io.Writer) {
-	infos, err := cl.Store().Workflows(ctx)
-	if err != nil {
-		return
-	}
-	var names []string
-	for _, info := range infos {
-		if info.Name == workflow {
-			return
-		}
-		if !slices.Contains(names, info.Name) {
-			names = append(names, info.Name)
-		}
-	}
-	slices.Sort(names)
-	fmt.Fprintf(stderr, "durable: warning: no worker has registered workflow %q (registered: %v); its fires are retried until one does, for the catch-up window\n", workflow, names)
+	return scheduleops.Ops{Store: st, Client: cl}, s.Close, nil
 }
 
 // scheduleErr maps what pkg/schedule refuses to the CLI's exit codes: a
@@ -115,21 +93,23 @@ func cmdScheduleCreate(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := sp.Validate(); err != nil {
 		return scheduleErr(err)
 	}
-	st, cl, closeFn, err := openSchedules(ctx, &c, stderr)
+	ops, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	sc, err := st.Create(ctx, sp, *by)
+	sc, warning, err := ops.Create(ctx, sp, *by)
 	if err != nil {
 		return scheduleErr(err)
 	}
-	warnUnregistered(ctx, cl, sp.Workflow, stderr)
+	if warning != "" {
+		fmt.Fprintf(stderr, "durable: warning: %s\n", warning)
+	}
 	if *asJSON {
 		return writeJSON(stdout, sc)
 	}
 	fmt.Fprintf(stdout, "created schedule %s: workflow %s, %q in %s, next fire %s\n",
-		sc.Spec.Name, sc.Spec.Workflow, sc.Spec.Cron, sc.Spec.TimeZone, fireTime(sc.NextFire(time.Now())))
+		sc.Spec.Name, sc.Spec.Workflow, sc.Spec.Cron, sc.Spec.TimeZone, fireTime(sc.NextFire))
 	return nil
 }
 
@@ -145,22 +125,18 @@ func cmdScheduleList(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(pos) != 0 {
 		return service.Usagef("schedule list: takes no arguments")
 	}
-	st, _, closeFn, err := openSchedules(ctx, &c, stderr)
+	ops, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	all, err := st.List(ctx)
+	all, err := ops.List(ctx)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if all == nil {
-			all = []schedule.Schedule{}
-		}
 		return writeJSON(stdout, all)
 	}
-	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tWORKFLOW\tCRON\tTZ\tOVERLAP\tSTATE\tNEXT FIRE\tLAST FIRE")
 	for _, sc := range all {
@@ -169,7 +145,7 @@ func cmdScheduleList(ctx context.Context, args []string, stdout, stderr io.Write
 			state = "paused"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sc.Spec.Name, sc.Spec.Workflow, sc.Spec.Cron, sc.Spec.TimeZone,
-			sc.Spec.Overlap, state, fireTime(sc.NextFire(now)), lastFire(sc.State.Last))
+			sc.Spec.Overlap, state, fireTime(sc.NextFire), lastFire(sc.State.Last))
 	}
 	return tw.Flush()
 }
@@ -188,42 +164,29 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	if len(pos) != 1 {
 		return service.Usagef("schedule %s: want exactly one NAME", sub)
 	}
-	st, cl, closeFn, err := openSchedules(ctx, &c, stderr)
+	ops, closeFn, err := openSchedules(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
 	name := pos[0]
-	var out any
-	switch sub {
-	case "pause":
-		out, err = st.Pause(ctx, name, *by)
-	case "resume":
-		out, err = st.Resume(ctx, name, *by)
-	case "delete":
-		err = st.Delete(ctx, name)
-		out = map[string]string{"deleted": name}
-	case "trigger":
-		out, err = schedule.NewFirer(st, cl).Trigger(ctx, name, time.Now())
-	}
-	if err != nil {
+	out, err := ops.Do(ctx, scheduleops.Action(sub), name, *by)
+	if err != nil && !errors.Is(err, scheduleops.ErrNotStarted) {
 		return scheduleErr(err)
 	}
 	if *asJSON {
+		// A failed trigger's fire says so in its result (exit 0, as before).
 		return writeJSON(stdout, out)
 	}
 	switch v := out.(type) {
-	case schedule.Schedule:
-		fmt.Fprintf(stdout, "schedule %s %s; next fire %s\n", name, sub+"d", fireTime(v.NextFire(time.Now())))
+	case schedule.View:
+		fmt.Fprintf(stdout, "schedule %s %s; next fire %s\n", name, sub+"d", fireTime(v.NextFire))
 	case schedule.Fire:
 		fmt.Fprintf(stdout, "schedule %s triggered: run %s %s%s\n", name, v.RunID, v.Result, reason(v.Reason))
-		if v.Result == schedule.Failed {
-			return fmt.Errorf("schedule %s: the trigger's run was not started: %s", name, v.Reason)
-		}
 	default:
 		fmt.Fprintf(stdout, "schedule %s deleted\n", name)
 	}
-	return nil
+	return err
 }
 
 func fireTime(t time.Time) string {

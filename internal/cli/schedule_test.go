@@ -63,6 +63,16 @@ func TestScheduleCommands(t *testing.T) {
 			t.Fatalf("schedule trigger --json: %v %+v", err, fire)
 		}
 		e.waitStatus(fire.RunID, checkpoint.StatusCompleted)
+		// The list shows the next fire and the last one with its run (the
+		// shape of the approver's GET /api/schedules too).
+		var views []schedule.View
+		if err := json.Unmarshal([]byte(e.mustCLI(0, "schedule", "list", "--json").stdout), &views); err != nil || len(views) != 1 ||
+			views[0].NextFire.IsZero() || views[0].State.Last == nil || views[0].State.Last.RunID != fire.RunID {
+			t.Fatalf("schedule list --json after the trigger: %v %+v", err, views)
+		}
+		if out := e.mustCLI(0, "schedule", "list").stdout; !strings.Contains(out, "NEXT FIRE") || !strings.Contains(out, fire.RunID) {
+			t.Errorf("schedule list: want the next fire and the trigger's run, got\n%s", out)
+		}
 
 		// Two schedulers on one clock, moved a minute at a time.
 		var offset atomic.Int64
