@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,13 +17,20 @@ import (
 type tenantRun struct {
 	Tenant string `json:"tenant"`
 	N      int    `json:"n"`
+	Urgent bool   `json:"urgent,omitempty"`
 }
 
 // modelFlow is a workflow of a step "prep" and a step "call" that uses
 // resource "model" and waits d, counted in f; started reports the runs in
 // the order their call began.
 func modelFlow(d time.Duration, f *inFlight, started func(tenantRun)) *steps.Workflow[tenantRun] {
-	w := steps.New[tenantRun]("modelflow", 1).FairnessKey(func(in tenantRun) string { return in.Tenant })
+	w := steps.New[tenantRun]("modelflow", 1).FairnessKey(func(in tenantRun) string { return in.Tenant }).
+		Priority(func(in tenantRun) int {
+			if in.Urgent {
+				return 1
+			}
+			return 0
+		})
 	call := w.Ref("call")
 	w.Step("prep", func(_ context.Context, _ *steps.Context, st tenantRun) (steps.Outcome[tenantRun], error) {
 		return steps.Next(call, st), nil
@@ -89,7 +97,8 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 
 // TestConcurrencyLimitIsFairBetweenTenants: with a limit of 1, tenant a
 // queues 30 runs and then tenant b 3; b's calls all begin before 8 more
-// of a's have.
+// of a's have. Then an urgent run of a, queued behind a's 20 others,
+// begins next.
 func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
@@ -101,6 +110,9 @@ func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 			reg := steps.NewRegistry()
 			if err := reg.Register(modelFlow(20*time.Millisecond, &f, func(r tenantRun) {
 				mu.Lock()
+				if r.Urgent {
+					r.Tenant += "!"
+				}
 				order = append(order, r.Tenant)
 				mu.Unlock()
 			})); err != nil {
@@ -149,6 +161,20 @@ func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 				t.Fatalf("%d of a's calls began between b's start and b's last call (peak %d): %v", as, f.peak.Load(), order)
 			}
 			t.Logf("b's 3 calls began within %d of a's", as)
+			n := len(order)
+			mu.Unlock()
+			h.start("modelflow", "urgent", `{"tenant":"a","urgent":true}`)
+			h.waitStatus("urgent", checkpoint.StatusCompleted, 60*time.Second)
+			mu.Lock()
+			mu.Unlock()
+			for i := range 30 {
+				h.waitStatus(fmt.Sprintf("a-%02d", i), checkpoint.StatusCompleted, 60*time.Second)
+			}
+			mu.Lock()
+			got := slices.Index(order[n:], "a!")
+			if after := len(order[n:]) - got - 1; got > 2 || after < 5 {
+				t.Errorf("the urgent run's call began after %d others and before %d (want at most 2 after it was queued, with a's still queued): %v", got, after, order[n:])
+			}
 			// The checkpoint says the call waited for its slot.
 			cps := h.checkpoints("b-02")
 			if len(cps) != 2 || cps[1].Resource != "model" || cps[1].SlotWaitMS <= 0 || cps[0].Resource != "" {
