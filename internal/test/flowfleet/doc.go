@@ -8,5 +8,8 @@
 // TestFlowFleet (DURABLE_FLOWFLEET=1, `make flowfleet`) is issue 27's
 // fleet acceptance: the limit holds, every run completes, a SIGKILLed
 // worker's slots come back within the lease, waiting workers spend
-// little CPU. TestFlowFleetShort is its short form for `go test ./...`.
+// little CPU. TestFlowFairness (gated alike) is the fairness acceptance:
+// tenant a queues 1,000 runs, then tenant b 10; b's finish before 100
+// more of a's. TestFlowFleetShort is the fleet test's short form for
+// `go test ./...`.
 package flowfleet

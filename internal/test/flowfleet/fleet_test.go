@@ -89,6 +89,7 @@ func runFleet(t *testing.T, kind string, p plan) {
 	d := deploy(t, kind, limit, nWorkers, concurrency, func() time.Duration {
 		return 100*time.Millisecond + rand.N(100*time.Millisecond)
 	})
+	t.Logf("%s: deployed in %s", kind, time.Since(began).Round(100*time.Millisecond))
 	ids := make([]string, p.runs)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("agent-%03d", i)

@@ -26,6 +26,8 @@ type provider struct {
 	total    int
 	ended    []string // run ids, in the order their calls ended
 	dead     map[int]bool
+	// gate, while not nil, holds every call until it is closed.
+	gate     chan struct{}
 	killedAt time.Time
 	// fullAgain is when, after a kill, the live workers first had limit
 	// calls in flight: the dead worker's slots were back in use.
@@ -53,7 +55,14 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !p.killedAt.IsZero() && p.fullAgain.IsZero() && p.liveInflight() >= p.limit {
 		p.fullAgain = time.Now()
 	}
+	gate := p.gate
 	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+	}
 	t := time.NewTimer(p.delay())
 	select {
 	case <-t.C:
@@ -65,6 +74,22 @@ func (p *provider) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.byPid[pid]--
 	p.ended = append(p.ended, run)
 	p.mu.Unlock()
+}
+
+// hold makes calls wait until the returned func is called.
+func (p *provider) hold() (open func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gate = make(chan struct{})
+	gate := p.gate
+	return func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.gate == gate {
+			close(gate)
+			p.gate = nil
+		}
+	}
 }
 
 // liveInflight is how many calls are in flight from workers not killed

@@ -47,7 +47,7 @@ type Agent struct {
 
 // agent is the workflow: turns that each call the model once.
 func agent(provider string) *steps.Workflow[Agent] {
-	hc := &http.Client{Timeout: 10 * time.Second}
+	hc := &http.Client{Timeout: time.Minute} // the fairness test holds calls while it queues runs
 	pid := strconv.Itoa(os.Getpid())
 	w := steps.New[Agent]("agent", 1).FairnessKey(func(in Agent) string { return in.Tenant })
 	turn := w.Ref("turn")
