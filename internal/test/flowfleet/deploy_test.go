@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/durable-run/durable/internal/proc"
@@ -28,6 +29,7 @@ type deployment struct {
 	t       *testing.T
 	kind    string
 	dir     string
+	js      jetstream.JetStream
 	store   checkpoint.Store
 	client  *client.Client
 	limits  *flow.Store
@@ -46,6 +48,7 @@ func deploy(t *testing.T, kind string, limit, n, concurrency int, delay func() t
 	bin := testenv.Binary(t, workerPkg)
 	nats := testenv.StartNATSServer(t)
 	_, js := nats.Connect(t)
+	d.js = js
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	args := []string{"-nats", nats.URL}
