@@ -37,7 +37,7 @@ type plan struct {
 
 // TestFlowFleet is issue 27's acceptance of concurrency limits at
 // process level, on each store (DURABLE_FLOWFLEET=1, `make flowfleet`;
-// about 30 s). Three worker processes of 8 steps each share a limit of
+// 25-45 s). Three worker processes of 8 steps each share a limit of
 // 5 on "model"; 200 agent runs take 3 turns each, a turn being one step
 // that uses "model" and calls the fake provider in the test process
 // (100-200 ms a call). Three turns a run, not one, keep calls queued
@@ -60,7 +60,7 @@ type plan struct {
 //     flight again within 3 s more.
 func TestFlowFleet(t *testing.T) {
 	if os.Getenv("DURABLE_FLOWFLEET") == "" {
-		t.Skip("about 30 s: run with DURABLE_FLOWFLEET=1 go test -run TestFlowFleet ./internal/test/flowfleet (make flowfleet)")
+		t.Skip("25-45 s: run with DURABLE_FLOWFLEET=1 go test -run TestFlowFleet ./internal/test/flowfleet (make flowfleet)")
 	}
 	for _, kind := range testfleet.Kinds {
 		t.Run(kind, func(t *testing.T) {
