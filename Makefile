@@ -12,7 +12,7 @@ export GOTOOLCHAIN ?= go1.27.3
 TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules
+.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules flowfleet
 
 # The linters run beside the tests, not before them: at the lowest CPU
 # priority, on what the tests leave idle (process-level tests mostly
@@ -47,6 +47,14 @@ fleet-scale: deps
 # from the fire time. About 7 minutes: too slow for `make test`.
 schedules: deps
 	DURABLE_SCHEDULES=1 $(GO) test -race -count=1 -timeout 15m -run 'TestSchedulesEveryMinute$$' -v ./internal/test/schedules
+
+# Concurrency limits and fairness with worker processes
+# (internal/test/flowfleet), both stores at once: 3 workers share a limit
+# of 5 on "model" over 200 runs of 3 calls, one SIGKILLed (its slots back
+# within the 15 s lease), CPU of the waiting workers measured; then tenant
+# a queues 1,000 runs and tenant b 10. About a minute.
+flowfleet: deps
+	DURABLE_FLOWFLEET=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFlowFleet$$|TestFlowFairness$$' -v ./internal/test/flowfleet
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
