@@ -52,10 +52,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *runs < 1 || *latencyRuns < 1 || *concurrency < 1 {
 		return service.Usagef("bench: --runs, --latency-runs and --concurrency must be at least 1")
 	}
-	if *flowLimit < 0 {
-		return service.Usagef("bench: --flow-limit %d: give a limit, or 0 for no flow control", *flowLimit)
-	}
 	switch {
+	case *flowLimit < 0:
+		return service.Usagef("bench: --flow-limit %d: give a limit, or 0 for no flow control", *flowLimit)
 	case *parked < 0:
 		return service.Usagef("bench: --parked %d: give a number of runs, or 0 to skip the phase", *parked)
 	case *parked == 0:

@@ -30,8 +30,12 @@ type Slots struct {
 	Name string
 	// Limit is how many calls of the resource may run at once.
 	Limit int
-	// Held is how many slots unexpired leases hold; Wanted how many more
-	// their holders wait for; Holders how many processes hold or want.
+	// Held is how many slots unexpired leases hold, and Holders how many
+	// processes hold or want some. Wanted is what those waiting for more
+	// said they waited for when they began to: a sign that the limit
+	// binds, not a count of the steps waiting now (a process writes its
+	// lease when it starts or stops waiting, not at each step it queues;
+	// the workers' metrics count those).
 	Held, Wanted, Holders int
 	// SetBy and SetAt: who set the limit, and when.
 	SetBy string
