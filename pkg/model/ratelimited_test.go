@@ -74,4 +74,6 @@ func TestLimitedCallLeavesA429ToTheFleet(t *testing.T) {
 
 type modelFunc func(context.Context, model.Request) (model.Response, error)
 
-func (f modelFunc) Complete(ctx context.Context, r model.Request) (model.Response, error) { return f(ctx, r) }
+func (f modelFunc) Complete(ctx context.Context, r model.Request) (model.Response, error) {
+	return f(ctx, r)
+}
