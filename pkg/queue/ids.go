@@ -96,3 +96,11 @@ func deadLetterMsgID(run checkpoint.Run, n int) string {
 func ReminderMsgID(run checkpoint.Run, n, left int) string {
 	return MsgID(run.ID, n) + ":remind" + gen(run) + ":" + strconv.Itoa(left)
 }
+
+// RenewMsgID is the Nats-Msg-Id of a fresh copy of the step message of
+// id id, stored at stream sequence seq, that a worker publishes in place
+// of it (a step handed back many times for its rate limit: the copy
+// starts its deliveries from 1). One copy per message stored.
+func RenewMsgID(id string, seq uint64) string {
+	return id + ":renew." + strconv.FormatUint(seq, 10)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/durable-run/durable/pkg/blob"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
+	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/queue"
 	"github.com/durable-run/durable/pkg/steps"
 )
@@ -64,6 +65,11 @@ type Config struct {
 	// Blobs keeps what steps store with PutBlob. Optional: without it
 	// PutBlob and GetBlob fail with steps.ErrNoBlobStore.
 	Blobs blob.Store
+	// Flow holds the fleet-wide limits of the resources steps use
+	// (`durable limit`): a call made with steps.Resource takes a token
+	// there first. Optional: nil is no flow control, and such calls run
+	// unlimited.
+	Flow *flow.Store
 }
 
 // Metrics is the hook through which a worker reports; the Prometheus
@@ -164,6 +170,8 @@ type Worker struct {
 	sticky    *sticky
 	// runs starts child runs and resumes their parents.
 	runs *client.Client
+	// limiter takes the tokens of Config.Flow's limits; nil without it.
+	limiter *flow.Limiter
 }
 
 // New validates cfg and returns a worker.
@@ -204,6 +212,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes),
 		runs: client.New(cfg.JetStream, cfg.Store)}
+	if cfg.Flow != nil {
+		w.limiter = flow.NewLimiter(cfg.Flow, flow.LimiterOptions{})
+	}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {
