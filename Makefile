@@ -12,7 +12,7 @@ export GOTOOLCHAIN ?= go1.27.3
 TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules
+.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules ratelimits
 
 # The linters run beside the tests, not before them: at the lowest CPU
 # priority, on what the tests leave idle (process-level tests mostly
@@ -47,6 +47,14 @@ fleet-scale: deps
 # from the fire time. About 7 minutes: too slow for `make test`.
 schedules: deps
 	DURABLE_SCHEDULES=1 $(GO) test -race -count=1 -timeout 15m -run 'TestSchedulesEveryMinute$$' -v ./internal/test/schedules
+
+# Fleet-wide rate limits at process level (internal/test/ratelimits),
+# both stores at once: three worker processes at 10/s burst 5 for 30 s
+# against a fake provider (rate within 10 %), then two 429s with
+# Retry-After: 2 (the fleet stops for 2 s, fewer 429s than workers).
+# About a minute: too slow for `make test`.
+ratelimits: deps
+	DURABLE_RATELIMITS=1 $(GO) test -race -count=1 -timeout 10m -run 'TestRateLimitFleet$$' -v ./internal/test/ratelimits
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
