@@ -146,6 +146,7 @@ func (w *Worker) throttled(ctx context.Context, d *delivery, run checkpoint.Run,
 	errors.As(err, &te)
 	wait := max(te.Wait, 10*time.Millisecond)
 	d.log.Debug().Str("resource", te.Resource).Dur("wait", wait).Msg("call throttled by its rate limit; step handed back")
+	w.markWaiting(d)
 	if d.attempt >= renewAt {
 		if rerr := w.renew(ctx, d); rerr == nil {
 			w.ack(d)
@@ -157,6 +158,21 @@ func (w *Worker) throttled(ctx context.Context, d *delivery, run checkpoint.Run,
 	}
 	_ = d.msg.NakWithDelay(wait)
 	w.done(run.Workflow, d.name, "throttled", d)
+}
+
+// markWaiting leaves a liveness mark for a step handed back for its rate
+// limit whose message waits longer than a heartbeat interval: the
+// schedulers' stuck-run repair counts it as progress (a backlog may wait
+// for tokens longer than --stuck-after), as it counts a long step's
+// heartbeats.
+func (w *Worker) markWaiting(d *delivery) {
+	md, err := d.msg.Metadata()
+	if err != nil || time.Since(md.Timestamp) < w.heartbeat {
+		return
+	}
+	if mark := w.markAlive(d.m.RunID, time.Now()); mark != nil {
+		mark()
+	}
 }
 
 // renew publishes a copy of the delivery's message under a new id

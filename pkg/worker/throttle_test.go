@@ -9,6 +9,7 @@ import (
 
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/flow"
+	"github.com/durable-run/durable/pkg/scheduler"
 	"github.com/durable-run/durable/pkg/steps"
 	"github.com/durable-run/durable/pkg/worker"
 )
@@ -32,7 +33,8 @@ func TestThrottledStepIsNotAnAttempt(t *testing.T) {
 					}
 					return steps.Complete(a), nil
 				}, steps.WithRetry(steps.RetryPolicy{Attempts: 1}))
-			w, _ := h.startWorker(steps.NewRegistry().MustRegister(wf), nil)
+			m := &flowEvents{}
+			w, _ := h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Metrics = m })
 			h.start("throttled", "thr-1", `{}`)
 			h.waitStatus("thr-1", checkpoint.StatusCompleted, 30*time.Second)
 			snap, err := h.store.Load(context.Background(), "thr-1", checkpoint.AtStep(1))
@@ -41,6 +43,14 @@ func TestThrottledStepIsNotAnAttempt(t *testing.T) {
 			}
 			if st := w.Stats(); st.Retried != 0 || st.Dead != 0 || len(snap.Failures) != 0 || runs.Load() != 31 {
 				t.Fatalf("after 30 hand-backs: %d retried, %d dead, failures %v, %d runs of the body; want none, none, none, 31", st.Retried, st.Dead, snap.Failures, runs.Load())
+			}
+			// What the alert on resumes subtracts (deploy/prometheus):
+			// each hand-back's redelivery, but those after a renewal,
+			// counts as a resume.
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.resumed == 0 || m.resumed > 30 {
+				t.Errorf("%d redeliveries counted as resumed after 30 hand-backs, want 1-30", m.resumed)
 			}
 		})
 	}
@@ -51,7 +61,14 @@ type flowEvents struct {
 	worker.NopMetrics
 	mu                        sync.Mutex
 	throttled, handed, slowed int
+	resumed                   int
 	waited                    time.Duration
+}
+
+func (f *flowEvents) Resumed(string, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resumed++
 }
 
 func (f *flowEvents) Throttled(_ string, handedBack bool) {
@@ -139,5 +156,30 @@ func TestWorkerTakesTokens(t *testing.T) {
 	if st.Retried != 0 || st.Dead != 0 || m.slowed != 1 || m.throttled == 0 || m.handed == 0 || m.waited == 0 {
 		t.Fatalf("retried %d, dead %d; metrics: %d slow-downs, %d throttled (%d handed back), %s waited; want 0, 0, 1, some, some, some",
 			st.Retried, st.Dead, m.slowed, m.throttled, m.handed, m.waited)
+	}
+}
+
+// A step that waits for its rate limit longer than the schedulers'
+// stuck-after is not taken for stuck: its hand-backs leave liveness
+// marks, and the repair publishes nothing beside it.
+func TestThrottledStepIsNotStuck(t *testing.T) {
+	h := newHarness(t, "redis")
+	var first atomic.Int64
+	wf := steps.New[asked]("waits", 1).
+		Step("ask", func(_ context.Context, _ *steps.Context, a asked) (steps.Outcome[asked], error) {
+			first.CompareAndSwap(0, time.Now().UnixNano())
+			if time.Since(time.Unix(0, first.Load())) < 5*time.Second {
+				return steps.Outcome[asked]{}, &steps.ThrottledError{Call: "ask", Resource: "model", Wait: 300 * time.Millisecond}
+			}
+			return steps.Complete(a), nil
+		})
+	h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.StepTimeout = time.Second })
+	s := h.StartScheduler(func(c *scheduler.Config) {
+		c.StepTimeout, c.StuckAfter, c.RepairInterval = time.Second, 2*time.Second, 100*time.Millisecond
+	})
+	h.start("waits", "wait-1", `{}`)
+	h.waitStatus("wait-1", checkpoint.StatusCompleted, 30*time.Second)
+	if n := s.Stats().Repaired; n != 0 {
+		t.Fatalf("a step waiting 5s for its rate limit was repaired %d times as stuck (stuck after 2s)", n)
 	}
 }
