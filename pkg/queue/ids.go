@@ -2,6 +2,7 @@ package queue
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -100,7 +101,12 @@ func ReminderMsgID(run checkpoint.Run, n, left int) string {
 // RenewMsgID is the Nats-Msg-Id of a fresh copy of the step message of
 // id id, stored at stream sequence seq, that a worker publishes in place
 // of it (a step handed back many times for its rate limit: the copy
-// starts its deliveries from 1). One copy per message stored.
+// starts its deliveries from 1): "<original id>:renew.<seq>", one per
+// message stored; a copy's copy is named after the original id, so ids
+// do not grow with renewals.
 func RenewMsgID(id string, seq uint64) string {
-	return id + ":renew." + strconv.FormatUint(seq, 10)
+	base, _, _ := strings.Cut(id, renewSep)
+	return base + renewSep + strconv.FormatUint(seq, 10)
 }
+
+const renewSep = ":renew."

@@ -73,6 +73,9 @@ func (r rateLimits) Take(ctx context.Context, resource string) (time.Duration, e
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
+			if errors.Is(err, flow.ErrBadLimit) { // the workflow's bug: no wait mends it
+				return 0, steps.Permanent(err)
+			}
 			r.d.log.Warn().Err(err).Str("resource", resource).Msg("rate limit not read; handing the step back")
 			return storeRetry, nil
 		}
@@ -147,16 +150,18 @@ func (w *Worker) throttled(ctx context.Context, d *delivery, run checkpoint.Run,
 	wait := max(te.Wait, 10*time.Millisecond)
 	d.log.Debug().Str("resource", te.Resource).Dur("wait", wait).Msg("call throttled by its rate limit; step handed back")
 	w.markWaiting(d)
+	renewed := false
 	if d.attempt >= renewAt {
-		if rerr := w.renew(ctx, d); rerr == nil {
-			w.ack(d)
-			w.done(run.Workflow, d.name, "throttled", d)
-			return
-		} else {
+		rerr := w.renew(ctx, d)
+		if renewed = rerr == nil; !renewed {
 			d.log.Warn().Err(rerr).Msg("throttled step not published afresh; handed back")
 		}
 	}
-	_ = d.msg.NakWithDelay(wait)
+	if renewed {
+		w.ack(d)
+	} else {
+		_ = d.msg.NakWithDelay(wait)
+	}
 	w.done(run.Workflow, d.name, "throttled", d)
 }
 

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,5 +182,28 @@ func TestThrottledStepIsNotStuck(t *testing.T) {
 	h.waitStatus("wait-1", checkpoint.StatusCompleted, 30*time.Second)
 	if n := s.Stats().Repaired; n != 0 {
 		t.Fatalf("a step waiting 5s for its rate limit was repaired %d times as stuck (stuck after 2s)", n)
+	}
+}
+
+// A call naming a resource no limit can have (a bug in the workflow) is
+// not handed back for ever: the run goes to the dead letters, saying why.
+func TestBadResourceNameIsPermanent(t *testing.T) {
+	h := newHarness(t, "kv")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fl, err := flow.NewStore(ctx, h.js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := steps.New[asked]("badname", 1).
+		Step("ask", func(ctx context.Context, s *steps.Context, a asked) (steps.Outcome[asked], error) {
+			_, err := steps.Call(ctx, s, "provider", a, func(context.Context) (int, error) { return 1, nil }, steps.Resource("no spaces please"))
+			return steps.Complete(a), err
+		})
+	h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Flow = fl })
+	h.start("badname", "bad-1", `{}`)
+	run := h.waitStatus("bad-1", checkpoint.StatusDead, 20*time.Second)
+	if !strings.Contains(run.Error, `limit name "no spaces please"`) {
+		t.Fatalf("dead with %q, want the bad limit name", run.Error)
 	}
 }
