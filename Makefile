@@ -12,7 +12,7 @@ export GOTOOLCHAIN ?= go1.27.3
 TEST_TIMEOUT ?= 15m
 CHAOS_TIMEOUT ?= 30m
 
-.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules flowfleet
+.PHONY: test race deps vet unit demo build chaos lint staticcheck vulncheck fuzz fleet fleet-scale schedules flowfleet ratelimits
 
 # The linters run beside the tests, not before them: at the lowest CPU
 # priority, on what the tests leave idle (process-level tests mostly
@@ -55,6 +55,14 @@ schedules: deps
 # a queues 1,000 runs and tenant b 10. About a minute.
 flowfleet: deps
 	DURABLE_FLOWFLEET=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFlowFleet$$|TestFlowFairness$$' -v ./internal/test/flowfleet
+
+# Fleet-wide rate limits at process level (internal/test/ratelimits),
+# both stores at once: three worker processes at 10/s burst 5 for 30 s
+# against a fake provider (rate within 10 %), then two 429s with
+# Retry-After: 2 (the fleet stops for 2 s, fewer 429s than workers).
+# About a minute: too slow for `make test`.
+ratelimits: deps
+	DURABLE_RATELIMITS=1 $(GO) test -race -count=1 -timeout 10m -run 'TestRateLimitFleet$$' -v ./internal/test/ratelimits
 
 deps:
 	@if ! command -v redis-server >/dev/null 2>&1; then \

@@ -47,6 +47,9 @@ Usage:
                   [--overlap skip|allow|cancel-previous] [--catch-up last|all] [--catch-up-window 24h] [--paused]
   durable schedule list [--json] | pause NAME | resume NAME | delete NAME | trigger NAME [--json]
                                       start runs on a calendar; each fire's run id is NAME-<fire time>
+  durable limit set NAME --rate 10/s [--burst 5] [--by WHO] [--json]
+  durable limit list [--json] | get NAME [--json] | delete NAME
+                                      fleet-wide rate limits of the resources calls use (steps.Resource)
   durable token create --file FILE --id WHO --groups G1,G2
   durable token revoke --file FILE --id WHO
   durable token list --file FILE [--json]
@@ -104,6 +107,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		err = cmdDLQ(ctx, rest, stdout, stderr)
 	case "schedule":
 		err = cmdSchedule(ctx, rest, stdout, stderr)
+	case "limit":
+		err = cmdLimit(ctx, rest, stdout, stderr)
 	case "stats":
 		err = cmdStats(ctx, rest, stdout, stderr)
 	case "bench":

@@ -23,6 +23,7 @@ import (
 	"github.com/durable-run/durable/pkg/schedulercmd"
 	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/worker"
+	"github.com/durable-run/durable/pkg/workercmd"
 )
 
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -190,8 +191,12 @@ func (p *devProcs) startWorkers(ctx context.Context, o devOptions) error {
 		if err != nil {
 			return fmt.Errorf("open the blob store: %w", err)
 		}
+		limits, err := workercmd.OpenFlow(ctx, &p.c, s)
+		if err != nil {
+			return err
+		}
 		w, err := worker.New(worker.Config{JetStream: s.JetStream, Store: s.Store, Registry: ReferenceWorkflows(),
-			Concurrency: o.concurrency, AckWait: o.ackWait, Logger: &wlog, Metrics: p.m, Blobs: blobs})
+			Concurrency: o.concurrency, AckWait: o.ackWait, Logger: &wlog, Metrics: p.m, Blobs: blobs, Flow: limits})
 		if err != nil {
 			return err
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/schedule"
+	"github.com/durable-run/durable/pkg/flow"
 )
 
 // deployConf is the shipped NATS configuration the tests run unchanged.
@@ -220,6 +221,11 @@ func TestNATSPermissions(t *testing.T) {
 		{"approver", "subscribe", "durable.step.>", "no reading steps"},
 
 		{"cli", "publish", "durable.approvals.erp", "the operator decides with `durable approve`"},
+
+		{"worker", "publish", "$JS.API.STREAM.DELETE.KV_durable_limits", "no deleting the rate limits"},
+		{"scheduler", "publish", "$KV.durable_limits.l.model", "rate limits are the workers' and the operator's"},
+		{"approver", "publish", "$KV.durable_limits.l.model", "rate limits are the workers' and the operator's"},
+		{"erp", "publish", "$KV.durable_limits.l.model", "rate limits are the workers' and the operator's"},
 	}
 	conns := map[string]*asUser{}
 	for user := range natsUsers {
@@ -439,6 +445,12 @@ func TestNATSPermissions(t *testing.T) {
 	if _, err := wjs.Publish(pctx, "durable.dlq.claim.sec-none", []byte(`{}`)); err != nil {
 		t.Fatalf("worker publishes a dead letter: %v", err)
 	}
+	// Rate limits: the operator sets one; a worker takes its tokens and
+	// slows it down after a 429 (the worker process opened the bucket).
+	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5"); r.code != 0 {
+		t.Fatalf("limit set as cli: %s", r)
+	}
+	checkFlowRights(t, pctx, conns["worker"], wjs)
 	// An external system's JetStream publish of a step is refused: no
 	// PubAck, and nothing lands in the step stream.
 	ejs, err := jetstream.New(erp.nc)
@@ -481,6 +493,36 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("nats-server log:\n%s", d.Log())
+	}
+}
+
+// checkFlowRights does as user, with js, all a worker does with the rate
+// limits (pkg/flow), with no permission violation.
+func checkFlowRights(t *testing.T, ctx context.Context, u *asUser, js jetstream.JetStream) {
+	t.Helper()
+	st, err := flow.NewStore(ctx, js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatalf("%s opens the limits: %v", u.user, err)
+	}
+	lim := flow.NewLimiter(st, flow.LimiterOptions{})
+	if _, err := lim.Take(ctx, "model", time.Now()); err != nil {
+		t.Errorf("%s takes a token: %v", u.user, err)
+	}
+	for _, name := range []string{"model", "unlimited-api"} { // a record with a TTL for the second
+		if err := lim.SlowDown(ctx, name, time.Now().Add(time.Second)); err != nil {
+			t.Errorf("%s slows %s down: %v", u.user, name, err)
+		}
+	}
+	if _, err := st.List(ctx); err != nil {
+		t.Errorf("%s lists the limits: %v", u.user, err)
+	}
+	if err := u.nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-u.errs:
+		t.Errorf("%s with the limits: %v", u.user, err)
+	default:
 	}
 }
 

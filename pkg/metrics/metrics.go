@@ -30,6 +30,7 @@ type Metrics struct {
 	joins           *prometheus.CounterVec
 	children        *prometheus.CounterVec
 	signals         *prometheus.CounterVec
+	flow            flowMetrics
 
 	readiness readiness
 }
@@ -54,7 +55,7 @@ func New() *Metrics {
 	f := factory{reg}
 	m := &Metrics{reg: reg}
 	m.steps = f.counter("durable_steps_total",
-		"Step deliveries handled by workers, by outcome: committed, completed, failed, parked, retry, dead, stale, replayed (already committed), lost (another writer won), malformed, error (transient, released for redelivery).",
+		"Step deliveries handled by workers, by outcome: committed, completed, failed, parked, retry, dead, stale, replayed (already committed), lost (another writer won), malformed, error (transient, released for redelivery), throttled (a call's rate limit handed the step back; not an attempt).",
 		"workflow", "step", "outcome")
 	m.stepDuration = f.histogram("durable_step_duration_seconds",
 		"Time to handle a step delivery that ran the step body (outcomes committed, completed, failed, parked, retry, dead), from delivery to ack.",
@@ -101,6 +102,7 @@ func New() *Metrics {
 	m.signals = f.counter("durable_signals_total",
 		"Signals this process took (the approver's API and signed events), by channel and outcome: received, duplicate (an id delivered before), refused (unknown run or signal, ended run, malformed).",
 		"channel", "outcome")
+	m.flow = newFlowMetrics(f)
 	return m
 }
 

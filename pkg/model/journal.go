@@ -38,7 +38,13 @@ type Result struct {
 // conversation (system prompt and messages) identifies the call: another
 // conversation under the same name is steps.ErrJournalMismatch. A changed
 // model or tool set is reported in Result.Changed, not refused.
-func Call(ctx context.Context, s *steps.Context, name string, m Model, req Request) (Result, error) {
+//
+// steps.Resource("anthropic") among opts makes the call take a token of
+// the fleet-wide rate limit of that name first, and slows the limit down
+// for the whole fleet when the provider answers 429 (Error.RateLimited):
+// the step is then handed back to the queue for the provider's
+// Retry-After, not retried as a failure.
+func Call(ctx context.Context, s *steps.Context, name string, m Model, req Request, opts ...steps.CallOption) (Result, error) {
 	prompt, err := PromptHash(req)
 	if err != nil {
 		return Result{}, fmt.Errorf("model call %s: %w", name, err)
@@ -53,7 +59,7 @@ func Call(ctx context.Context, s *steps.Context, name string, m Model, req Reque
 			return Recorded{}, err
 		}
 		return Recorded{Response: resp, Asked: req.Model, PromptHash: prompt, ToolsHash: tools}, nil
-	}, func(r Recorded) string { return Describe(r.Response) })
+	}, func(r Recorded) string { return Describe(r.Response) }, opts...)
 	if err != nil {
 		return Result{}, err
 	}

@@ -126,7 +126,10 @@ func (r Retry) Backoff(attempt int) time.Duration {
 
 // Do calls fn until it succeeds, fails with an error that is not a retryable
 // *Error, runs out of attempts, or ctx ends. The *Error it returns carries
-// the attempt count; a permanent one is wrapped with steps.Permanent.
+// the attempt count; a permanent one is wrapped with steps.Permanent. A
+// rate-limit answer (429) of a call that takes tokens of a fleet-wide
+// limit (steps.CallResource) is returned at once, not retried: the limit
+// slows the whole fleet down for the provider's Retry-After.
 func (r Retry) Do(ctx context.Context, fn func(context.Context) error) error {
 	r = r.withDefaults()
 	for attempt := 1; ; attempt++ {
@@ -142,7 +145,7 @@ func (r Retry) Do(ctx context.Context, fn func(context.Context) error) error {
 		if !me.Retryable {
 			return steps.Permanent(me)
 		}
-		if attempt >= r.MaxAttempts {
+		if _, limited := me.RateLimited(); attempt >= r.MaxAttempts || limited && steps.CallResource(ctx) != "" {
 			return me
 		}
 		wait := min(max(r.Backoff(attempt), me.RetryAfter), r.MaxDelay)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -96,3 +97,16 @@ func deadLetterMsgID(run checkpoint.Run, n int) string {
 func ReminderMsgID(run checkpoint.Run, n, left int) string {
 	return MsgID(run.ID, n) + ":remind" + gen(run) + ":" + strconv.Itoa(left)
 }
+
+// RenewMsgID is the Nats-Msg-Id of a fresh copy of the step message of
+// id id, stored at stream sequence seq, that a worker publishes in place
+// of it (a step handed back many times for its rate limit: the copy
+// starts its deliveries from 1): "<original id>:renew.<seq>", one per
+// message stored; a copy's copy is named after the original id, so ids
+// do not grow with renewals.
+func RenewMsgID(id string, seq uint64) string {
+	base, _, _ := strings.Cut(id, renewSep)
+	return base + renewSep + strconv.FormatUint(seq, 10)
+}
+
+const renewSep = ":renew."

@@ -51,3 +51,15 @@ func TestMessageIDsCarryTheGeneration(t *testing.T) {
 		t.Errorf("the same change minted %s and %s", a, b)
 	}
 }
+
+// A copy of a copy is named after the original id, not after the copy:
+// ids do not grow with every renewal.
+func TestRenewMsgIDDoesNotChain(t *testing.T) {
+	first := queue.RenewMsgID("r1:3", 17)
+	if first != "r1:3:renew.17" {
+		t.Fatalf("RenewMsgID(r1:3, 17) = %q", first)
+	}
+	if again := queue.RenewMsgID(first, 40); again != "r1:3:renew.40" {
+		t.Fatalf("the renewal of %s is %q, want r1:3:renew.40", first, again)
+	}
+}

@@ -65,6 +65,9 @@ type ContextConfig struct {
 	// one they fail with ErrNoBlobStore. Tests of a workflow's steps can
 	// use blob.NewMemory.
 	BlobStore blob.Store
+	// RateLimits takes the tokens of the resources calls name (Resource).
+	// Optional: without it a call's Resource changes nothing.
+	RateLimits RateLimits
 }
 
 // Context is what a step knows about where it runs. Calls with distinct
@@ -274,16 +277,17 @@ var ErrDuplicateCall = errors.New("call name used twice in one step")
 // deterministic; a tool may move money). The result is stored as soon as fn
 // returns, before the step goes on. args identify the call; the same name
 // with different args is ErrJournalMismatch. Errors from fn are not
-// journaled: the next attempt calls again.
-func Call[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error)) (T, error) {
-	return CallNoted(ctx, s, name, args, fn, nil)
+// journaled: the next attempt calls again. Options say more about the
+// call, such as the Resource it uses.
+func Call[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error), opts ...CallOption) (T, error) {
+	return CallNoted(ctx, s, name, args, fn, nil, opts...)
 }
 
 // CallNoted is Call with a note: note describes the result in one line
 // for people reading the run (`durable runs show`: "model x: 812+95
 // tokens, calls refund"). It is journaled with the result and shown with
 // the step; it does not take part in the call's identity.
-func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error), note func(T) string) (T, error) {
+func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context) (T, error), note func(T) string, opts ...CallOption) (T, error) {
 	var zero T
 	argsJSON, err := json.Marshal(args)
 	if err != nil {
@@ -306,13 +310,8 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 		trace.SpanFromContext(ctx).AddEvent("durable.call.replayed", trace.WithAttributes(attribute.String("durable.call", name)))
 		return replayCall[T](s, name, argsSum, rec)
 	}
-	cctx, span := tracer.Start(ctx, "durable.call", trace.WithAttributes(attribute.String("durable.call", name)))
-	v, err := fn(cctx)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
+	cs := settingsOf(opts)
+	v, err := makeCall(ctx, s, name, cs, fn)
 	if err != nil {
 		s.mu.Lock()
 		delete(s.used, name)
@@ -327,6 +326,33 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 	if note != nil {
 		rec.Note = note(v)
 	}
+	return recordCall[T](ctx, s, rec)
+}
+
+// makeCall calls fn in its span, after taking a token of the call's
+// resource (see Resource).
+func makeCall[T any](ctx context.Context, s *Context, name string, cs callSettings, fn func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := s.takeToken(ctx, name, cs); err != nil {
+		return zero, err
+	}
+	cctx, span := tracer.Start(s.limited(ctx, cs), "durable.call", trace.WithAttributes(attribute.String("durable.call", name)))
+	v, err := fn(cctx)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
+		return zero, s.callFailed(ctx, name, cs, err)
+	}
+	return v, nil
+}
+
+// recordCall journals the call rec and returns its result as a retry
+// will see it.
+func recordCall[T any](ctx context.Context, s *Context, rec checkpoint.CallRecord) (T, error) {
+	var zero T
 	if s.cfg.Recorder != nil {
 		// The effect happened: record it even if the step's context was
 		// cancelled meanwhile (shutdown, step timeout).
@@ -334,12 +360,12 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 		stored, err := s.cfg.Recorder.RecordCall(rctx, rec)
 		cancel()
 		if err != nil {
-			return zero, &JournalError{Call: name, Key: s.IdempotencyKey(), Err: err}
+			return zero, &JournalError{Call: rec.Name, Key: s.IdempotencyKey(), Err: err}
 		}
-		if string(stored.Result) != string(result) || stored.ArgsSHA256 != argsSum {
+		if string(stored.Result) != string(rec.Result) || stored.ArgsSHA256 != rec.ArgsSHA256 {
 			// A concurrent attempt of this step recorded first: its result
 			// is the one the run continues with.
-			return replayCall[T](s, name, argsSum, stored)
+			return replayCall[T](s, rec.Name, rec.ArgsSHA256, stored)
 		}
 	}
 	s.mu.Lock()
@@ -348,8 +374,8 @@ func CallNoted[T any](ctx context.Context, s *Context, name string, args any, fn
 	// Return the decoded record, not v: a retry gets the value back from
 	// JSON, and the first run must see exactly what a retry will see.
 	var out T
-	if err := json.Unmarshal(result, &out); err != nil {
-		return zero, fmt.Errorf("call %s: decode result: %w", name, err)
+	if err := json.Unmarshal(rec.Result, &out); err != nil {
+		return zero, fmt.Errorf("call %s: decode result: %w", rec.Name, err)
 	}
 	return out, nil
 }

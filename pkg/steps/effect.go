@@ -33,13 +33,13 @@ var ErrSecondEffect = errors.New("a step has one Effect")
 // the step is not retried for. Keep its name the same on every attempt:
 // an attempt that took another branch and named its effect otherwise
 // would present the same key for another request.
-func Effect[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context, key string) (T, error)) (T, error) {
+func Effect[T any](ctx context.Context, s *Context, name string, args any, fn func(ctx context.Context, key string) (T, error), opts ...CallOption) (T, error) {
 	var zero T
 	if err := s.claimEffect(name); err != nil {
 		return zero, err
 	}
 	key := s.IdempotencyKey()
-	v, err := Call(ctx, s, name, args, func(ctx context.Context) (T, error) { return fn(ctx, key) })
+	v, err := Call(ctx, s, name, args, func(ctx context.Context) (T, error) { return fn(ctx, key) }, opts...)
 	if err != nil {
 		return zero, err
 	}

@@ -106,10 +106,11 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.BranchOf, Branch: m.Branch, StepName: b.Step, Attempt: d.attempt,
-		Journal:   journalOf(journal, run.Resumes),
-		Recorder:  recorder{w: w, d: d, gen: run.Resumes},
-		Heartbeat: func() { _ = d.msg.InProgress() },
-		BlobStore: w.cfg.Blobs,
+		Journal:    journalOf(journal, run.Resumes),
+		Recorder:   recorder{w: w, d: d, gen: run.Resumes},
+		Heartbeat:  func() { _ = d.msg.InProgress() },
+		BlobStore:  w.cfg.Blobs,
+		RateLimits: w.rateLimitsFor(d),
 	})
 	began := time.Now()
 	w.cfg.Metrics.BranchRunning(run.Workflow, 1)

@@ -451,6 +451,9 @@ func (w *Worker) stepFailed(ctx context.Context, d *delivery, def steps.Definiti
 		// The store failed to record a call: an infrastructure fault, not
 		// the step's. Retry without using up an attempt.
 		w.retryTransient(d, "journal call", err)
+	case isThrottled(err):
+		// A call's rate limit: not the step's failure (throttle.go).
+		w.throttled(ctx, d, run, err)
 	case ctx.Err() != nil:
 		// Shutdown cancelled the step: hand it back for another worker.
 		_ = d.msg.Nak()

@@ -65,9 +65,11 @@ type Config struct {
 	// Blobs keeps what steps store with PutBlob. Optional: without it
 	// PutBlob and GetBlob fail with steps.ErrNoBlobStore.
 	Blobs blob.Store
-	// Flow holds the fleet's rate and concurrency limits (pkg/flow):
-	// steps that use a resource with a limit (steps.Uses) take its slots
-	// and tokens there. Optional: without it every resource is unlimited.
+	// Flow holds the fleet-wide limits of the resources steps use
+	// (`durable limit`): a step that uses a resource (steps.Uses) takes a
+	// slot of its concurrency limit there, and a call made with
+	// steps.Resource a token of its rate limit. Optional: nil is no flow
+	// control, and every resource runs unlimited.
 	Flow *flow.Store
 }
 
@@ -176,6 +178,8 @@ type Worker struct {
 	queue  queued
 	jobs   chan job
 	runCtx context.Context
+	// limiter takes the tokens of Config.Flow's limits; nil without it.
+	limiter *flow.Limiter
 }
 
 // New validates cfg and returns a worker.
@@ -216,6 +220,9 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), heartbeat: cfg.AckWait / 3, sticky: newSticky(stickyBytes),
 		runs: client.New(cfg.JetStream, cfg.Store)}
+	if cfg.Flow != nil {
+		w.limiter = flow.NewLimiter(cfg.Flow, flow.LimiterOptions{})
+	}
 	if cfg.Logger != nil {
 		w.log = *cfg.Logger
 	} else {

@@ -3,7 +3,9 @@
 // flags and DURABLE_* variables (NATS, Redis or JetStream KV, credentials,
 // TLS, --replicas), --concurrency, --ack-wait, --max-ack-pending,
 // --drain-timeout, Prometheus /metrics with /healthz and /readyz on
-// --metrics, JSON logs at DURABLE_LOG_LEVEL, and the SIGTERM drain.
+// --metrics, JSON logs at DURABLE_LOG_LEVEL, the SIGTERM drain, and the
+// fleet-wide rate limits of `durable limit` (pkg/flow's bucket
+// durable_limits, created when missing).
 //
 //	func main() {
 //		workercmd.Main(workercmd.Config{
@@ -25,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/metrics"
 	"github.com/durable-run/durable/pkg/service"
 	"github.com/durable-run/durable/pkg/steps"
@@ -132,10 +135,14 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 		if err != nil {
 			return err
 		}
+		limits, err := OpenFlow(ctx, &c, s)
+		if err != nil {
+			return err
+		}
 		w, err := worker.New(worker.Config{
 			JetStream: s.JetStream, Store: s.Store, Registry: cfg.Registry,
 			Concurrency: *concurrency, AckWait: *ackWait, StepTimeout: *stepTimeout, DrainTimeout: *drain, StreamReplicas: c.Replicas, MaxAckPending: *maxAckPending,
-			Logger: &log, Hooks: cfg.Hooks, Metrics: m, Blobs: blobs,
+			Logger: &log, Hooks: cfg.Hooks, Metrics: m, Blobs: blobs, Flow: limits,
 		})
 		if err != nil {
 			return service.UsageError{Msg: err.Error()}
@@ -143,4 +150,15 @@ func Run(ctx context.Context, args []string, stderr io.Writer, cfg Config) error
 		// Run provisions the streams (with --replicas) before it pulls.
 		return c.ReplicasError(w.Run(ctx))
 	})
+}
+
+// OpenFlow opens the fleet-wide limits (pkg/flow's KV bucket
+// durable_limits), creating the bucket with --replicas when it is missing:
+// what a worker's Config.Flow and `durable limit` use.
+func OpenFlow(ctx context.Context, c *service.Conn, s *service.Session) (*flow.Store, error) {
+	st, err := flow.NewStore(ctx, s.JetStream, flow.StoreOptions{Replicas: c.Replicas})
+	if err != nil {
+		return nil, c.ReplicasError(fmt.Errorf("open the rate limits: %w", err))
+	}
+	return st, nil
 }

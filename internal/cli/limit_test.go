@@ -1,0 +1,91 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durable-run/durable/pkg/flow"
+)
+
+// limitJSON is `durable limit get --json`'s record.
+type limitJSON struct {
+	Name            string    `json:"name"`
+	Rate            string    `json:"rate"`
+	Burst           int       `json:"burst"`
+	SlowedDownUntil time.Time `json:"slowed_down_until"`
+	SetBy           string    `json:"set_by"`
+}
+
+// `durable limit`: bad input exits 2 naming the flag and value, an
+// unknown name 3; a limit is set, listed with the slow-down in effect,
+// read, changed and deleted. The limits live in NATS whatever the
+// checkpoint store, so one store is enough.
+func TestLimitCommands(t *testing.T) {
+	e := newEnv(t, "kv")
+	for _, bad := range []struct {
+		args  []string
+		names string
+	}{
+		{[]string{"model"}, "--rate"},
+		{[]string{"model", "--rate", "10/d"}, `--rate: rate "10/d"`},
+		{[]string{"model", "--rate", "ten/s"}, `"ten"`},
+		{[]string{"model", "--rate", "10/s", "--burst", "0"}, "--burst 0"},
+		{[]string{"a..b", "--rate", "10/s"}, `limit name "a..b"`},
+		{[]string{"--rate", "10/s"}, "NAME"},
+	} {
+		args := append([]string{"limit", "set"}, bad.args...)
+		if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
+			t.Errorf("durable %s: want exit 2 naming %s, got %s", strings.Join(args, " "), bad.names, r)
+		}
+	}
+	for _, sub := range []string{"get", "delete"} {
+		if r := e.cli("limit", sub, "no-such-limit"); r.code != 3 || !strings.Contains(r.stderr, "no-such-limit") {
+			t.Errorf("limit %s of an unknown name: want exit 3 naming it, got %s", sub, r)
+		}
+	}
+
+	var got limitJSON
+	r := e.mustCLI(0, "limit", "set", "model", "--rate", "10/s", "--burst", "5", "--by", "ana", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Name != "model" || got.Rate != "10/s" || got.Burst != 5 || got.SetBy != "ana" {
+		t.Fatalf("limit set --json: %v\n%s", err, r.stdout)
+	}
+	if r := e.mustCLI(0, "limit", "set", "model", "--rate", "600/m"); !strings.Contains(r.stdout, "600/m burst 1") {
+		t.Errorf("limit set of a new rate: %s", r)
+	}
+	// A provider's 429 seen by a worker: the list shows the slow-down.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := flow.NewStore(ctx, e.js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	if err := st.SlowDown(ctx, "model", until); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SlowDown(ctx, "unlimited-api", until); err != nil {
+		t.Fatal(err)
+	}
+	var listed []limitJSON
+	if err := json.Unmarshal([]byte(e.mustCLI(0, "limit", "list", "--json").stdout), &listed); err != nil || len(listed) != 2 ||
+		listed[0].Name != "model" || listed[0].Rate != "600/m" || listed[0].SlowedDownUntil.IsZero() ||
+		listed[1].Name != "unlimited-api" || listed[1].Rate != "" || listed[1].SlowedDownUntil.IsZero() {
+		t.Fatalf("limit list --json: %v %+v", err, listed)
+	}
+	text := e.mustCLI(0, "limit", "list").stdout
+	for _, want := range []string{"NAME", "RATE", "BURST", "SLOWED DOWN UNTIL", "model", "600/m", "unlimited-api", "left)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("limit list does not show %q:\n%s", want, text)
+		}
+	}
+	if r := e.mustCLI(0, "limit", "get", "model"); !strings.Contains(r.stdout, "600/m burst 1, slowed down until") {
+		t.Errorf("limit get: %s", r)
+	}
+	e.mustCLI(0, "limit", "delete", "model")
+	if r := e.cli("limit", "get", "model"); r.code != 3 {
+		t.Errorf("limit get after delete: want exit 3, got %s", r)
+	}
+}
