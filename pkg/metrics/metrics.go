@@ -55,7 +55,7 @@ func New() *Metrics {
 	f := factory{reg}
 	m := &Metrics{reg: reg}
 	m.steps = f.counter("durable_steps_total",
-		"Step deliveries handled by workers, by outcome: committed, completed, failed, parked, retry, dead, stale, replayed (already committed), lost (another writer won), malformed, error (transient, released for redelivery), throttled (a call's rate limit handed the step back; not an attempt).",
+		"Step deliveries handled by workers, by outcome: committed, completed, failed, parked, retry, dead, stale, replayed (already committed), lost (another writer won), malformed, error (transient, released for redelivery), throttled (a call's rate limit handed the step back; not an attempt), queued (the step waits in its worker for a slot of a concurrency limit, and is handled again when it gets one).",
 		"workflow", "step", "outcome")
 	m.stepDuration = f.histogram("durable_step_duration_seconds",
 		"Time to handle a step delivery that ran the step body (outcomes committed, completed, failed, parked, retry, dead), from delivery to ack.",

@@ -57,6 +57,9 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 		d.slot = nil
 		d.resource, d.waited = s.Name(), s.Waited
 		d.log.Info().Str("resource", d.resource).Dur("waited", s.Waited).Msg("slot granted")
+		if fm, ok := w.cfg.Metrics.(FlowMetrics); ok {
+			fm.SlotWaited(d.resource, s.Waited)
+		}
 		return s, true
 	}
 	lim, ok := def.(steps.Limited)
@@ -182,7 +185,27 @@ func (w *Worker) openPool(ctx context.Context, jobs chan job) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.pool = pool
+	if fm, ok := w.cfg.Metrics.(FlowMetrics); ok {
+		go w.sampleSlots(ctx, fm)
+	}
 	return nil
+}
+
+// sampleSlots tells fm every second what the worker holds of each
+// concurrency limit, until ctx ends.
+func (w *Worker) sampleSlots(ctx context.Context, fm FlowMetrics) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, s := range w.pool.Stats() {
+				fm.Slots(s.Name, s.InUse, s.Waiting)
+			}
+		}
+	}
 }
 
 // closePool gives the pool's slots back to the fleet.

@@ -51,6 +51,24 @@ func modelFlow(d time.Duration, f *inFlight, started func(tenantRun)) *steps.Wor
 	return w
 }
 
+// slotMetrics records the concurrency limits' metrics.
+type slotMetrics struct {
+	worker.NopMetrics
+	mu                     sync.Mutex
+	waited, peakWaiting    int
+	throttled, slowedDowns int
+}
+
+func (m *slotMetrics) Throttled(string, bool)            {}
+func (m *slotMetrics) TokenWaited(string, time.Duration) {}
+func (m *slotMetrics) SlowedDown(string, time.Duration)  {}
+func (m *slotMetrics) SlotWaited(string, time.Duration)  { m.mu.Lock(); m.waited++; m.mu.Unlock() }
+func (m *slotMetrics) Slots(_ string, _, waiting int) {
+	m.mu.Lock()
+	m.peakWaiting = max(m.peakWaiting, waiting)
+	m.mu.Unlock()
+}
+
 func flowStore(t *testing.T, h *harness, concurrency int) *flow.Store {
 	t.Helper()
 	st, err := flow.NewStore(context.Background(), h.js, flow.StoreOptions{})
@@ -64,21 +82,22 @@ func flowStore(t *testing.T, h *harness, concurrency int) *flow.Store {
 }
 
 // TestConcurrencyLimitHoldsAcrossWorkers: two workers of 8 slots each run
-// 40 runs whose "call" step uses "model", limited to 3: never more than 3
-// calls at once, every run completes, and the waiting steps held no
-// worker slot (the "prep" steps all ran while the calls queued).
+// 40 runs whose "call" step (100 ms) uses "model", limited to 3: never
+// more than 3 calls at once, every run completes, and the metrics saw
+// steps wait (for 1.3 s: the workers sample their queues every second).
 func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			h := newHarness(t, kind)
 			st := flowStore(t, h, 3)
 			var f inFlight
+			var m slotMetrics
 			for range 2 {
 				reg := steps.NewRegistry()
-				if err := reg.Register(modelFlow(40*time.Millisecond, &f, nil)); err != nil {
+				if err := reg.Register(modelFlow(100*time.Millisecond, &f, nil)); err != nil {
 					t.Fatal(err)
 				}
-				_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = st, 8 })
+				_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency, c.Metrics = st, 8, &m })
 				defer stop()
 			}
 			for i := range 40 {
@@ -90,7 +109,12 @@ func TestConcurrencyLimitHoldsAcrossWorkers(t *testing.T) {
 			if p := f.peak.Load(); p > 3 || p < 2 {
 				t.Fatalf("at most %d calls at once; want 3 (the limit)", p)
 			}
-			t.Logf("40 runs, at most %d calls at once", f.peak.Load())
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.waited == 0 || m.peakWaiting == 0 {
+				t.Errorf("metrics: %d slot waits, at most %d steps seen waiting; want some of each", m.waited, m.peakWaiting)
+			}
+			t.Logf("40 runs, at most %d calls at once; %d steps waited for a slot, at most %d seen waiting in a worker", f.peak.Load(), m.waited, m.peakWaiting)
 		})
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // FlowMetrics is a Metrics that also takes the events of the fleet-wide
-// rate limits (Config.Flow); pkg/metrics implements it. A Metrics that
+// rate and concurrency limits (Config.Flow); pkg/metrics implements it. A Metrics that
 // does not is told nothing of them.
 type FlowMetrics interface {
 	// Throttled: a call of resource found no token at once; handedBack:
@@ -27,6 +27,13 @@ type FlowMetrics interface {
 	// SlowedDown: a call of resource was answered with a rate-limit
 	// answer, and the resource was slowed down fleet-wide for d.
 	SlowedDown(resource string, d time.Duration)
+	// SlotWaited: a step queued d for a slot of resource's concurrency
+	// limit (steps.Uses) and got it.
+	SlotWaited(resource string, d time.Duration)
+	// Slots: this worker's steps hold inUse slots of resource's
+	// concurrency limit and waiting are queued for one; sampled every
+	// second while the worker runs.
+	Slots(resource string, inUse, waiting int)
 }
 
 // Waits for a token inside the step: a call sleeps in place for a wait
