@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,21 +36,35 @@ func cmdLimit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // limitFlags are the settings `durable limit set` takes, parsed apart
 // from the command so that more kinds of limit can join them.
 type limitFlags struct {
-	rate  string
-	burst int
+	rate        string
+	burst       int
+	concurrency int
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.rate, "rate", "", "tokens per period: N/s, N/m, N/h or N/<Go duration>, e.g. 10/s or 600/m (required)")
+	fs.StringVar(&f.rate, "rate", "", "tokens per period for the calls that name the resource (steps.Resource): N/s, N/m, N/h or N/<Go duration>, e.g. 10/s or 600/m")
 	fs.IntVar(&f.burst, "burst", 1, "tokens that may be taken at once after a quiet spell (1: a steady pace)")
+	fs.IntVar(&f.concurrency, "concurrency", 0, "N: at most N steps that use the resource (steps.Uses) run at once across the fleet")
 }
 
-// toRate checks the flags and returns the rate they set; a usage error
+// check refuses flags that set nothing or something bad; a usage error
 // names the flag and its value.
-func (f *limitFlags) toRate() (flow.Rate, error) {
-	if f.rate == "" {
-		return flow.Rate{}, service.Usagef("limit set: --rate is required, e.g. --rate 10/s")
+func (f *limitFlags) check() error {
+	switch {
+	case f.rate == "" && f.concurrency == 0:
+		return service.Usagef("limit set: give --rate, --concurrency or both, e.g. --rate 10/s or --concurrency 5")
+	case f.concurrency < 0 || f.concurrency > flow.MaxConcurrency:
+		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once", f.concurrency, flow.MaxConcurrency)
+	case f.rate == "":
+		return nil
 	}
+	_, err := f.toRate()
+	return err
+}
+
+// toRate returns the rate the flags set; a usage error names the flag
+// and its value.
+func (f *limitFlags) toRate() (flow.Rate, error) {
 	r, err := flow.ParseRate(f.rate)
 	if err != nil {
 		return flow.Rate{}, service.Usagef("limit set: --rate: %v", err)
@@ -105,8 +120,7 @@ func cmdLimitSet(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return service.Usagef("limit set: want exactly one NAME, e.g. `durable limit set anthropic --rate 600/m --burst 20`")
 	}
 	// Refused before connecting: bad input exits 2 with the servers away.
-	rate, err := lf.toRate()
-	if err != nil {
+	if err := lf.check(); err != nil {
 		return err
 	}
 	st, closeFn, err := openLimits(ctx, &c, stderr)
@@ -114,14 +128,62 @@ func cmdLimitSet(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer closeFn()
-	l, err := st.Set(ctx, pos[0], rate, *by)
+	if err := setLimit(ctx, st, pos[0], lf, *by); err != nil {
+		return limitErr(err)
+	}
+	return printLimit(ctx, st, pos[0], *asJSON, stdout)
+}
+
+// setLimit stores the rate and the concurrency lf gives name.
+func setLimit(ctx context.Context, st *flow.Store, name string, lf limitFlags, by string) error {
+	if lf.rate != "" {
+		rate, err := lf.toRate()
+		if err != nil {
+			return err
+		}
+		if _, err := st.Set(ctx, name, rate, by); err != nil {
+			return err
+		}
+	}
+	if lf.concurrency > 0 {
+		if _, err := st.SetConcurrency(ctx, name, lf.concurrency, by); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readLimit reads name's rate and concurrency limits (ErrNotFound when
+// it has neither).
+func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, error) {
+	now := time.Now()
+	l, err := st.Get(ctx, name)
+	if err != nil && !errors.Is(err, flow.ErrNotFound) {
+		return limitView{}, err
+	}
+	v := viewLimit(l, now)
+	v.Name = name
+	slots, cerr := st.Concurrency(ctx, name)
+	switch {
+	case cerr == nil:
+		v.withSlots(slots)
+	case !errors.Is(cerr, flow.ErrNotFound):
+		return limitView{}, cerr
+	case err != nil:
+		return limitView{}, err
+	}
+	return v, nil
+}
+
+func printLimit(ctx context.Context, st *flow.Store, name string, asJSON bool, stdout io.Writer) error {
+	v, err := readLimit(ctx, st, name)
 	if err != nil {
 		return limitErr(err)
 	}
-	if *asJSON {
-		return writeJSON(stdout, viewLimit(l, time.Now()))
+	if asJSON {
+		return writeJSON(stdout, v)
 	}
-	fmt.Fprintf(stdout, "limit %s: %s\n", l.Name, describeLimit(l, time.Now()))
+	fmt.Fprintf(stdout, "limit %s: %s\n", v.Name, describeLimit(v, time.Now()))
 	return nil
 }
 
@@ -142,29 +204,62 @@ func cmdLimitList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer closeFn()
-	all, err := st.List(ctx)
+	views, err := listLimits(ctx, st)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
 	if *asJSON {
-		views := make([]limitView, 0, len(all))
-		for _, l := range all {
-			views = append(views, viewLimit(l, now))
-		}
 		return writeJSON(stdout, views)
 	}
+	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tSLOWED DOWN UNTIL\tSET BY\tSET AT")
-	for _, l := range all {
-		v := viewLimit(l, now)
-		rate, burst := "-", "-"
+	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tCONCURRENCY\tSLOTS HELD\tSLOWED DOWN UNTIL\tSET BY\tSET AT")
+	for _, v := range views {
+		rate, burst, conc, held := "-", "-", "-", "-"
 		if v.Rate != "" {
 			rate, burst = v.Rate, fmt.Sprint(v.Burst)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, rate, burst, slowedText(v.SlowedDownUntil, now), orDash(v.SetBy), fireTime(v.SetAt))
+		if v.Concurrency > 0 {
+			conc, held = fmt.Sprint(v.Concurrency), fmt.Sprintf("%d by %s", v.SlotsHeld, plural(v.Holders, "worker", "workers"))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, rate, burst, conc, held, slowedText(v.SlowedDownUntil, now), orDash(v.SetBy), fireTime(v.SetAt))
 	}
 	return tw.Flush()
+}
+
+// listLimits reads every rate and concurrency limit, by name.
+func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
+	rates, err := st.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conc, err := st.ConcurrencyList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	byName := map[string]*limitView{}
+	var names []string
+	for _, l := range rates {
+		v := viewLimit(l, now)
+		byName[l.Name] = &v
+		names = append(names, l.Name)
+	}
+	for _, s := range conc {
+		v, ok := byName[s.Name]
+		if !ok {
+			v = &limitView{Name: s.Name}
+			byName[s.Name] = v
+			names = append(names, s.Name)
+		}
+		v.withSlots(s)
+	}
+	sort.Strings(names)
+	out := make([]limitView, 0, len(names))
+	for _, n := range names {
+		out = append(out, *byName[n])
+	}
+	return out, nil
 }
 
 // cmdLimitOne is get and delete of one limit.
@@ -186,24 +281,33 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 	}
 	defer closeFn()
 	name := pos[0]
-	if sub == "delete" {
-		if err := st.Delete(ctx, name); err != nil {
-			return limitErr(err)
-		}
-		if *asJSON {
-			return writeJSON(stdout, map[string]string{"deleted": name})
-		}
-		fmt.Fprintf(stdout, "limit %s deleted: its calls run unlimited\n", name)
-		return nil
+	if sub == "get" {
+		return printLimit(ctx, st, name, *asJSON, stdout)
 	}
-	l, err := st.Get(ctx, name)
-	if err != nil {
+	if err := deleteLimit(ctx, st, name); err != nil {
 		return limitErr(err)
 	}
 	if *asJSON {
-		return writeJSON(stdout, viewLimit(l, time.Now()))
+		return writeJSON(stdout, map[string]string{"deleted": name})
 	}
-	fmt.Fprintf(stdout, "limit %s: %s\n", l.Name, describeLimit(l, time.Now()))
+	fmt.Fprintf(stdout, "limit %s deleted: its calls and steps run unlimited\n", name)
+	return nil
+}
+
+// deleteLimit removes name's rate and concurrency limits (ErrNotFound
+// when it has neither).
+func deleteLimit(ctx context.Context, st *flow.Store, name string) error {
+	rerr := st.Delete(ctx, name)
+	if rerr != nil && !errors.Is(rerr, flow.ErrNotFound) {
+		return rerr
+	}
+	cerr := st.DeleteConcurrency(ctx, name)
+	if cerr != nil && !errors.Is(cerr, flow.ErrNotFound) {
+		return cerr
+	}
+	if rerr != nil && cerr != nil {
+		return rerr
+	}
 	return nil
 }
 
@@ -218,6 +322,19 @@ type limitView struct {
 	SlowedDownUntil time.Time `json:"slowed_down_until,omitzero"`
 	SetBy           string    `json:"set_by,omitempty"`
 	SetAt           time.Time `json:"set_at,omitzero"`
+	// Concurrency is how many steps using the resource may run at once
+	// (0: no concurrency limit); SlotsHeld what the workers' leases hold
+	// of it now, and Holders how many workers hold or want slots.
+	Concurrency int `json:"concurrency,omitempty"`
+	SlotsHeld   int `json:"slots_held,omitempty"`
+	Holders     int `json:"holders,omitempty"`
+}
+
+func (v *limitView) withSlots(s flow.Slots) {
+	v.Concurrency, v.SlotsHeld, v.Holders = s.Limit, s.Held, s.Holders
+	if v.SetAt.IsZero() || s.SetAt.After(v.SetAt) {
+		v.SetBy, v.SetAt = s.SetBy, s.SetAt
+	}
 }
 
 func viewLimit(l flow.Limit, now time.Time) limitView {
@@ -234,11 +351,13 @@ func viewLimit(l flow.Limit, now time.Time) limitView {
 
 // describeLimit is a limit in one line: "10/s burst 5, slowed down until
 // 2026-01-02T03:04:05Z (2s left)".
-func describeLimit(l flow.Limit, now time.Time) string {
-	v := viewLimit(l, now)
+func describeLimit(v limitView, now time.Time) string {
 	text := "no rate set"
 	if v.Rate != "" {
 		text = fmt.Sprintf("%s burst %d", v.Rate, v.Burst)
+	}
+	if v.Concurrency > 0 {
+		text += fmt.Sprintf(", %d at once (%d slots held by %s)", v.Concurrency, v.SlotsHeld, plural(v.Holders, "worker", "workers"))
 	}
 	if !v.SlowedDownUntil.IsZero() {
 		text += ", slowed down until " + slowedText(v.SlowedDownUntil, now)

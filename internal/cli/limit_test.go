@@ -17,6 +17,7 @@ type limitJSON struct {
 	Burst           int       `json:"burst"`
 	SlowedDownUntil time.Time `json:"slowed_down_until"`
 	SetBy           string    `json:"set_by"`
+	Concurrency     int       `json:"concurrency"`
 }
 
 // `durable limit`: bad input exits 2 naming the flag and value, an
@@ -35,6 +36,8 @@ func TestLimitCommands(t *testing.T) {
 		{[]string{"model", "--rate", "10/s", "--burst", "0"}, "--burst 0"},
 		{[]string{"a..b", "--rate", "10/s"}, `limit name "a..b"`},
 		{[]string{"--rate", "10/s"}, "NAME"},
+		{[]string{"model", "--concurrency", "-3"}, "--concurrency -3"},
+		{[]string{"model", "--concurrency", "2000000"}, "--concurrency 2000000"},
 	} {
 		args := append([]string{"limit", "set"}, bad.args...)
 		if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
@@ -84,8 +87,40 @@ func TestLimitCommands(t *testing.T) {
 	if r := e.mustCLI(0, "limit", "get", "model"); !strings.Contains(r.stdout, "600/m burst 1, slowed down until") {
 		t.Errorf("limit get: %s", r)
 	}
+	limitConcurrency(t, e)
 	e.mustCLI(0, "limit", "delete", "model")
 	if r := e.cli("limit", "get", "model"); r.code != 3 {
 		t.Errorf("limit get after delete: want exit 3, got %s", r)
+	}
+}
+
+// limitConcurrency: a concurrency limit joins model's rate, and one is
+// set alone on db; list and get show them; delete removes db's.
+func limitConcurrency(t *testing.T, e *env) {
+	var got limitJSON
+	r := e.mustCLI(0, "limit", "set", "model", "--concurrency", "5", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.Concurrency != 5 || got.Rate != "600/m" {
+		t.Fatalf("limit set --concurrency --json: %v\n%s", err, r.stdout)
+	}
+	if r := e.mustCLI(0, "limit", "set", "db", "--concurrency", "2"); !strings.Contains(r.stdout, "no rate set, 2 at once (0 slots held by 0 workers)") {
+		t.Errorf("limit set db --concurrency 2: %s", r)
+	}
+	text := e.mustCLI(0, "limit", "list").stdout
+	for _, want := range []string{"CONCURRENCY", "SLOTS HELD", "db", "0 by 0 workers"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("limit list does not show %q:\n%s", want, text)
+		}
+	}
+	var listed []limitJSON
+	if err := json.Unmarshal([]byte(e.mustCLI(0, "limit", "list", "--json").stdout), &listed); err != nil || len(listed) != 3 ||
+		listed[0].Name != "db" || listed[0].Concurrency != 2 || listed[1].Name != "model" || listed[1].Concurrency != 5 {
+		t.Fatalf("limit list --json: %v %+v", err, listed)
+	}
+	if r := e.mustCLI(0, "limit", "get", "model"); !strings.Contains(r.stdout, "5 at once") {
+		t.Errorf("limit get: %s", r)
+	}
+	e.mustCLI(0, "limit", "delete", "db")
+	if r := e.cli("limit", "get", "db"); r.code != 3 {
+		t.Errorf("limit get db after delete: want exit 3, got %s", r)
 	}
 }

@@ -25,8 +25,8 @@ import (
 	"github.com/durable-run/durable/internal/tokens"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
-	"github.com/durable-run/durable/pkg/schedule"
 	"github.com/durable-run/durable/pkg/flow"
+	"github.com/durable-run/durable/pkg/schedule"
 )
 
 // deployConf is the shipped NATS configuration the tests run unchanged.
@@ -447,7 +447,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	// Rate limits: the operator sets one; a worker takes its tokens and
 	// slows it down after a 429 (the worker process opened the bucket).
-	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5"); r.code != 0 {
+	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5", "--concurrency", "2"); r.code != 0 {
 		t.Fatalf("limit set as cli: %s", r)
 	}
 	checkFlowRights(t, pctx, conns["worker"], wjs)
@@ -515,6 +515,27 @@ func checkFlowRights(t *testing.T, ctx context.Context, u *asUser, js jetstream.
 	}
 	if _, err := st.List(ctx); err != nil {
 		t.Errorf("%s lists the limits: %v", u.user, err)
+	}
+	// Concurrency: the worker's pool watches the limits and writes its
+	// lease, taking a slot, then gives it back as it closes.
+	pool, err := flow.NewPool(ctx, st, flow.PoolOptions{})
+	if err != nil {
+		t.Fatalf("%s opens a pool: %v", u.user, err)
+	}
+	got := make(chan *flow.Slot, 1)
+	if s, _ := pool.Acquire("model", flow.Queue{}, func(s *flow.Slot) { got <- s }); s != nil {
+		t.Errorf("%s took a slot before leasing any", u.user)
+	} else {
+		select {
+		case s := <-got:
+			s.Release()
+		case <-ctx.Done():
+			t.Errorf("%s got no slot of model: %v", u.user, ctx.Err())
+		}
+	}
+	pool.Close()
+	if slots, err := st.Concurrency(ctx, "model"); err != nil || slots.Holders != 0 {
+		t.Errorf("%s's pool left %+v, %v", u.user, slots, err)
 	}
 	if err := u.nc.FlushTimeout(5 * time.Second); err != nil {
 		t.Fatal(err)
