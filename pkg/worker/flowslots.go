@@ -185,6 +185,7 @@ func (w *Worker) openPool(ctx context.Context, jobs chan job) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.pool = pool
+	w.sayUnlimited()
 	if fm, ok := w.cfg.Metrics.(FlowMetrics); ok {
 		go w.sampleSlots(ctx, fm)
 	}
@@ -203,6 +204,27 @@ func (w *Worker) sampleSlots(ctx context.Context, fm FlowMetrics) {
 		case <-t.C:
 			for _, s := range w.pool.Stats() {
 				fm.Slots(s.Name, s.InUse, s.Waiting)
+			}
+		}
+	}
+}
+
+// sayUnlimited logs, once at start, the resources the worker's steps use
+// that have no concurrency limit: their steps run unlimited (a limit set
+// later binds within a round trip).
+func (w *Worker) sayUnlimited() {
+	seen := map[string]bool{}
+	for _, def := range w.cfg.Registry.All() {
+		lim, ok := def.(steps.Limited)
+		if !ok {
+			continue
+		}
+		for _, step := range def.StepNames() {
+			if r := lim.Uses(step); r != "" && !seen[r] {
+				seen[r] = true
+				if !w.pool.Limited(r) {
+					w.log.Info().Str("resource", r).Msg("no concurrency limit set: steps that use it run unlimited (durable limit set " + r + " --concurrency N)")
+				}
 			}
 		}
 	}
