@@ -45,12 +45,12 @@ func newFlowMetrics(f factory) flowMetrics {
 	}
 }
 
-// SlotWaited implements worker.FlowMetrics.
+// SlotWaited implements worker.SlotMetrics.
 func (m *Metrics) SlotWaited(resource string, d time.Duration) {
 	m.flow.slotWait.WithLabelValues(resource).Observe(d.Seconds())
 }
 
-// Slots implements worker.FlowMetrics.
+// Slots implements worker.SlotMetrics.
 func (m *Metrics) Slots(resource string, inUse, waiting int) {
 	m.flow.inUse.WithLabelValues(resource).Set(float64(inUse))
 	m.flow.waiting.WithLabelValues(resource).Set(float64(waiting))

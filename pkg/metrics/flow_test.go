@@ -11,7 +11,10 @@ import (
 	"github.com/durable-run/durable/pkg/worker"
 )
 
-var _ worker.FlowMetrics = (*metrics.Metrics)(nil)
+var (
+	_ worker.FlowMetrics = (*metrics.Metrics)(nil)
+	_ worker.SlotMetrics = (*metrics.Metrics)(nil)
+)
 
 // The rate and concurrency limits' events are series by resource.
 func TestFlowMetrics(t *testing.T) {

@@ -57,7 +57,7 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 		d.slot = nil
 		d.resource, d.waited = s.Name(), s.Waited
 		d.log.Info().Str("resource", d.resource).Dur("waited", s.Waited).Msg("slot granted")
-		if fm, ok := w.cfg.Metrics.(FlowMetrics); ok {
+		if fm, ok := w.cfg.Metrics.(SlotMetrics); ok {
 			fm.SlotWaited(d.resource, s.Waited)
 		}
 		return s, true
@@ -186,7 +186,7 @@ func (w *Worker) openPool(ctx context.Context, jobs chan job) error {
 	}
 	w.pool = pool
 	w.sayUnlimited()
-	if fm, ok := w.cfg.Metrics.(FlowMetrics); ok {
+	if fm, ok := w.cfg.Metrics.(SlotMetrics); ok {
 		go w.sampleSlots(ctx, fm)
 	}
 	return nil
@@ -194,7 +194,7 @@ func (w *Worker) openPool(ctx context.Context, jobs chan job) error {
 
 // sampleSlots tells fm every second what the worker holds of each
 // concurrency limit, until ctx ends.
-func (w *Worker) sampleSlots(ctx context.Context, fm FlowMetrics) {
+func (w *Worker) sampleSlots(ctx context.Context, fm SlotMetrics) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

@@ -54,9 +54,8 @@ func modelFlow(d time.Duration, f *inFlight, started func(tenantRun)) *steps.Wor
 // slotMetrics records the concurrency limits' metrics.
 type slotMetrics struct {
 	worker.NopMetrics
-	mu                     sync.Mutex
-	waited, peakWaiting    int
-	throttled, slowedDowns int
+	mu                  sync.Mutex
+	waited, peakWaiting int
 }
 
 func (m *slotMetrics) Throttled(string, bool)            {}

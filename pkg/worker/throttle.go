@@ -15,7 +15,7 @@ import (
 )
 
 // FlowMetrics is a Metrics that also takes the events of the fleet-wide
-// rate and concurrency limits (Config.Flow); pkg/metrics implements it. A Metrics that
+// rate limits (Config.Flow); pkg/metrics implements it. A Metrics that
 // does not is told nothing of them.
 type FlowMetrics interface {
 	// Throttled: a call of resource found no token at once; handedBack:
@@ -27,8 +27,15 @@ type FlowMetrics interface {
 	// SlowedDown: a call of resource was answered with a rate-limit
 	// answer, and the resource was slowed down fleet-wide for d.
 	SlowedDown(resource string, d time.Duration)
+}
+
+// SlotMetrics is a Metrics that also takes the events of the fleet-wide
+// concurrency limits (steps.Uses, Config.Flow); pkg/metrics implements
+// it. Apart from FlowMetrics, so that an implementation of either keeps
+// working as the other grows.
+type SlotMetrics interface {
 	// SlotWaited: a step queued d for a slot of resource's concurrency
-	// limit (steps.Uses) and got it.
+	// limit and got it.
 	SlotWaited(resource string, d time.Duration)
 	// Slots: this worker's steps hold inUse slots of resource's
 	// concurrency limit and waiting are queued for one; sampled every
