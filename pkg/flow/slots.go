@@ -190,23 +190,13 @@ func (s *Store) DeleteConcurrency(ctx context.Context, name string) error {
 	if _, err := s.getSlots(ctx, name); err != nil {
 		return err
 	}
-	var opts []jetstream.KVDeleteOpt
-	if s.ttl {
-		opts = append(opts, jetstream.PurgeTTL(time.Minute))
-	}
-	if err := s.kv.Purge(ctx, slotKey(name), opts...); err != nil {
-		return fmt.Errorf("delete concurrency limit %s: %w", name, err)
-	}
-	return nil
+	return s.purge(ctx, slotKey(name), "concurrency limit "+name)
 }
 
 func (s *Store) getSlots(ctx context.Context, name string) (slotRecord, error) {
-	e, err := s.kv.Get(ctx, slotKey(name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return slotRecord{}, fmt.Errorf("concurrency limit %s: %w", name, ErrNotFound)
-	}
+	e, err := s.entry(ctx, slotKey(name), "concurrency limit "+name)
 	if err != nil {
-		return slotRecord{}, fmt.Errorf("read concurrency limit %s: %w", name, err)
+		return slotRecord{}, err
 	}
 	return decodeSlots(name, e)
 }

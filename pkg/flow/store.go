@@ -283,23 +283,38 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if _, err := s.get(ctx, name); err != nil {
 		return err
 	}
+	return s.purge(ctx, key(name), "limit "+name)
+}
+
+// purge removes key k, leaving a marker that expires after a minute
+// when the bucket allows TTLs.
+func (s *Store) purge(ctx context.Context, k, what string) error {
 	var opts []jetstream.KVDeleteOpt
 	if s.ttl {
 		opts = append(opts, jetstream.PurgeTTL(time.Minute))
 	}
-	if err := s.kv.Purge(ctx, key(name), opts...); err != nil {
-		return fmt.Errorf("delete limit %s: %w", name, err)
+	if err := s.kv.Purge(ctx, k, opts...); err != nil {
+		return fmt.Errorf("delete %s: %w", what, err)
 	}
 	return nil
 }
 
-func (s *Store) get(ctx context.Context, name string) (record, error) {
-	e, err := s.kv.Get(ctx, key(name))
+// entry reads key k (ErrNotFound, naming what, when it is missing).
+func (s *Store) entry(ctx context.Context, k, what string) (jetstream.KeyValueEntry, error) {
+	e, err := s.kv.Get(ctx, k)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return record{}, fmt.Errorf("limit %s: %w", name, ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
 	if err != nil {
-		return record{}, fmt.Errorf("read limit %s: %w", name, err)
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	return e, nil
+}
+
+func (s *Store) get(ctx context.Context, name string) (record, error) {
+	e, err := s.entry(ctx, key(name), "limit "+name)
+	if err != nil {
+		return record{}, err
 	}
 	return decode(name, e)
 }
