@@ -57,7 +57,12 @@ func (p *Pool) reconcile(ctx context.Context, name string) time.Time {
 		}
 		// Slots given back are no longer handed out from here on, even
 		// if the write fails: holding more in the store than in use
-		// costs nobody much, and the next write mends it.
+		// costs nobody much, and the next write mends it. Given back to
+		// another that wants them, they are not taken again before it
+		// has written (see resource.yielded).
+		if d.n < r.held && r.othersWant(p.id, now) {
+			r.yielded = true
+		}
 		r.held = min(r.held, d.n)
 		rec := r.rec.clone()
 		p.mu.Unlock()
@@ -103,7 +108,7 @@ func (p *Pool) wrote(name string, rec slotRecord, d decision, until time.Time) {
 		r.rec = rec
 	}
 	r.held, r.want, r.until = d.n, d.want, until
-	grants := r.fill(p, time.Now())
+	grants := r.fill(p, time.Now(), false)
 	p.mu.Unlock()
 	grant(grants)
 }
@@ -138,41 +143,50 @@ type decision struct {
 // in use, plus those that callers queued here can take while the limit
 // has room, plus idle ones kept for up to a lease while nobody else wants
 // them (a limit that does not bind costs a write a lease period, not a
-// write a call). While others want slots, the pool keeps no more than
-// its share and gives back what no caller of its uses.
+// write a call). While others want slots, the pool gives back what no
+// caller of its uses, and keeps its share (see yields). What no caller
+// uses is never kept beyond the limit (a limit lowered binds as the
+// calls end).
 //
 // How many callers wait here is written when it goes from none to some
 // or back: the other pools only ask whether someone wants.
 func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) decision {
 	others, wanting, holders := r.rec.used(id, now)
-	need := r.queue.len()
+	limit, need := r.rec.Limit, r.queue.len()
+	room := max(limit-others, 0)
 	d := decision{n: r.held, next: now.Add(time.Hour)}
-	if wanting > 0 {
-		share := (r.rec.Limit + holders) / (holders + 1) // ⌈limit / (holders+1)⌉
-		if need == 0 {
-			share = 0
+	switch {
+	case wanting > 0:
+		keep := (limit + holders) / (holders + 1) // the share rounded up
+		switch {
+		case need == 0:
+			keep = 0
+		case r.yields(id, now):
+			keep = limit / (holders + 1)
 		}
-		d.n = max(r.inUse, min(d.n, share))
-		if need > 0 {
-			take := min(need, max(min(r.rec.Limit-others, share)-d.n, 0))
+		d.n = max(r.inUse, min(d.n, keep))
+		if need > 0 && !r.yields(id, now) && !r.yielded {
+			take := min(need, max(min(room, keep)-d.n, 0))
 			d.n += take
 			need -= take
 		}
-	} else if need > 0 {
+	case need > 0:
 		// With nobody else wanting, take as many again as held: a pool
 		// whose load grows takes its slots in a few writes, not one per
 		// caller that finds none free.
-		free := max(r.rec.Limit-others-d.n, 0)
-		take := min(need, free)
-		d.n += min(need+max(d.n, need), free)
+		take := min(need, max(room-d.n, 0))
+		d.n += min(need+max(d.n, need), max(room-d.n, 0))
 		need -= take
 	}
+	d.n = min(d.n, max(r.inUse, room))
 	d.want = need
 	d.next = r.idle(leaseFor, now, &d)
 	holding := d.n > 0 || d.want > 0
 	renewAt := r.until.Add(-leaseFor * 2 / 3)
-	_, listed := r.rec.Holders[id]
-	d.write = d.n != r.held || (d.want > 0) != (r.want > 0) || holding && !now.Before(renewAt) || !holding && listed
+	// Against the record, not what the pool last meant to write: a write
+	// that lost its compare-and-set is made again.
+	cur, listed := r.rec.Holders[id]
+	d.write = d.n != cur.N || (d.want > 0) != (cur.Want > 0) || holding && !now.Before(renewAt) || !holding && listed
 	if holding && renewAt.Before(d.next) {
 		d.next = renewAt
 	}

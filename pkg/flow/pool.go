@@ -72,6 +72,10 @@ type resource struct {
 	// held, want and until are the pool's lease as last written.
 	held, want int
 	until      time.Time
+	// yielded: the pool gave slots back while another wanted them, and
+	// takes none while others want until another process has written
+	// (the one it gave them to, taking them).
+	yielded bool
 	inUse      int
 	queue      fairQueue
 	// lastUsed: when a caller last took or gave back a slot here.
@@ -191,7 +195,7 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	}
 	now := time.Now()
 	r.lastUsed = now
-	if r.queue.len() == 0 && r.held > r.inUse && !r.yields(p.id, now) {
+	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
 		return &Slot{p: p, name: name}
 	}
@@ -219,7 +223,7 @@ func (p *Pool) Acquire(name string, q Queue, granted func(*Slot)) (*Slot, *Ticke
 	}
 	now := time.Now()
 	r.lastUsed = now
-	if r.queue.len() == 0 && r.held > r.inUse && !r.yields(p.id, now) {
+	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
 		p.mu.Unlock()
 		return &Slot{p: p, name: name}, nil
@@ -270,7 +274,7 @@ func (p *Pool) release(name string) {
 	}
 	r.inUse = max(r.inUse-1, 0)
 	r.lastUsed = time.Now()
-	grants := r.fill(p, r.lastUsed)
+	grants := r.fill(p, r.lastUsed, true)
 	poke := r.queue.len() > 0 || r.held > r.inUse && r.othersWant(p.id, time.Now())
 	p.mu.Unlock()
 	grant(grants)
@@ -288,14 +292,26 @@ func (p *Pool) poke() {
 
 // yields reports whether the pool should give a freed slot back rather
 // than start a caller queued here: another process wants slots and this
-// one holds more than its fair share.
+// one holds more than its share rounded down. The remainder of the limit
+// over the processes goes round: a pool above the rounded-down share
+// gives a slot back each time one frees, and one at or below it may take
+// up to the share rounded up (with a limit of 1 and two busy workers,
+// they take turns).
 func (r *resource) yields(id string, now time.Time) bool {
 	_, wanting, holders := r.rec.used(id, now)
-	if wanting == 0 {
-		return false
+	return wanting > 0 && r.held > r.rec.Limit/(holders+1)
+}
+
+// free is how many more slots the pool may hand out now (p.mu held):
+// what its lease holds, within what the limit leaves the others' leases,
+// and none once its lease has run out unrenewed (another process may
+// have taken its slots).
+func (r *resource) free(id string, now time.Time) int {
+	if !now.Before(r.until) {
+		return 0
 	}
-	share := (r.rec.Limit + holders) / (holders + 1) // ⌈limit / (holders+1)⌉
-	return r.held > share
+	others, _, _ := r.rec.used(id, now)
+	return min(r.held, r.rec.Limit-others) - r.inUse
 }
 
 func (r *resource) othersWant(id string, now time.Time) bool {
@@ -310,10 +326,11 @@ type grantTo struct {
 }
 
 // fill hands the slots the lease holds and no caller uses to the
-// callers queued, unless the pool yields them (p.mu held).
-func (r *resource) fill(p *Pool, now time.Time) []grantTo {
+// callers queued (p.mu held); slots freed by a caller are given back
+// instead while the pool yields (see yields), slots just taken are not.
+func (r *resource) fill(p *Pool, now time.Time, freed bool) []grantTo {
 	var out []grantTo
-	for r.queue.len() > 0 && r.held > r.inUse && !r.yields(p.id, now) {
+	for r.queue.len() > 0 && r.free(p.id, now) > 0 && !(freed && r.yields(p.id, now)) {
 		w := r.queue.pop()
 		w.gone = true
 		r.inUse++
@@ -394,8 +411,8 @@ func (p *Pool) observe(e jetstream.KeyValueEntry) {
 	} else if rec, err := decodeSlots(name, e); err != nil {
 		p.onErr(name, err)
 	} else if rec.rev > r.rec.rev || !r.limited {
-		r.rec, r.limited = rec, true
-		grants = r.fill(p, time.Now())
+		r.rec, r.limited, r.yielded = rec, true, false
+		grants = r.fill(p, time.Now(), true)
 	}
 	p.mu.Unlock()
 	grant(grants)
