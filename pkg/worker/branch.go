@@ -44,7 +44,7 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		return
 	}
 	d.name = fan.FanOut.Branches[i-1].Step
-	if d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && run.Step == n {
+	if d.slot == nil && d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && run.Step == n {
 		// More deliveries than recorded failures: an earlier one died, as
 		// check counts for a step.
 		w.cfg.Metrics.Resumed(run.Workflow, d.name)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,5 +205,62 @@ func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 				t.Errorf("b-02's checkpoints do not say the call waited for a slot of model: %+v", cps)
 			}
 		})
+	}
+}
+
+// TestQueuedRedeliveryIsResumedOnce: a step whose call is answered 429 is
+// handed back; it comes back (a second delivery: one resume) and queues
+// for the slot of its concurrency limit that another run holds; granted,
+// it is handled again from the same delivery, which is not a second
+// resume (it was counted twice: the review's item 4).
+func TestQueuedRedeliveryIsResumedOnce(t *testing.T) {
+	h := newHarness(t, "kv")
+	st := flowStore(t, h, 1)
+	if _, err := st.Set(context.Background(), "model", flow.Rate{N: 100, Per: time.Second, Burst: 10}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var refused atomic.Bool
+	wf := steps.New[asked]("resumes", 1)
+	wf.Step("ask", func(ctx context.Context, s *steps.Context, a asked) (steps.Outcome[asked], error) {
+		_, err := steps.Call(ctx, s, "provider", a, func(context.Context) (int, error) {
+			if a.N == 2 && refused.CompareAndSwap(false, true) {
+				return 0, &tooMany{after: time.Second}
+			}
+			return 1, nil
+		}, steps.Resource("model"))
+		if err != nil {
+			return steps.Outcome[asked]{}, err
+		}
+		if a.N == 1 {
+			<-release // holds the slot while the second comes back and queues
+		}
+		return steps.Complete(a), nil
+	}, steps.Uses("model"))
+	m := &flowEvents{}
+	h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Flow, c.Metrics, c.Concurrency = st, m, 4 })
+	h.start("resumes", "second", `{"n":2}`)
+	eventuallyTrue(t, "the second run's call refused", refused.Load)
+	h.start("resumes", "first", `{"n":1}`)
+	time.Sleep(2500 * time.Millisecond) // the second is back, and queued
+	close(release)
+	h.waitStatus("first", checkpoint.StatusCompleted, 20*time.Second)
+	h.waitStatus("second", checkpoint.StatusCompleted, 20*time.Second)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.slowed != 1 || m.resumed != 1 {
+		t.Errorf("%d resumes for %d 429s handed back; want 1 and 1", m.resumed, m.slowed)
+	}
+	if cps := h.checkpoints("second"); len(cps) != 1 || cps[0].SlotWaitMS < 500 {
+		t.Errorf("the second run's checkpoint does not say it queued: %+v", cps)
+	}
+}
+
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

@@ -88,8 +88,10 @@ func (w *Worker) load(ctx context.Context, d *delivery) (snap checkpoint.Snapsho
 func (w *Worker) check(ctx context.Context, d *delivery, snap *checkpoint.Snapshot, sticky bool) bool {
 	m, run := d.m, snap.Run
 	atCursor := run.Status == checkpoint.StatusRunning && run.Step == m.Step
-	if !sticky && d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && (run.Step == m.Step || run.Step == m.Step+1) {
+	if !sticky && d.slot == nil && d.attempt > len(snap.Failures)+1 && run.Status == checkpoint.StatusRunning && (run.Step == m.Step || run.Step == m.Step+1) {
 		// More deliveries than recorded failures: an earlier one died.
+		// (Not again when a delivery that queued for a slot is handled
+		// again: it was counted at its first handling.)
 		w.cfg.Metrics.Resumed(run.Workflow, run.StepName)
 	}
 	if snap.Current != nil && (!atCursor || adoptable(run, snap.Current)) {
