@@ -53,6 +53,8 @@ func (f *limitFlags) check() error {
 	switch {
 	case f.rate == "" && f.concurrency == 0:
 		return service.Usagef("limit set: give --rate, --concurrency or both, e.g. --rate 10/s or --concurrency 5")
+	case f.rate == "" && f.burst != 1:
+		return service.Usagef("limit set: --burst %d without --rate: a burst is of a rate, e.g. --rate 10/s --burst %d", f.burst, f.burst)
 	case f.concurrency < 0 || f.concurrency > flow.MaxConcurrency:
 		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once", f.concurrency, flow.MaxConcurrency)
 	case f.rate == "":

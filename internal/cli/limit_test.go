@@ -37,6 +37,7 @@ func TestLimitCommands(t *testing.T) {
 		{[]string{"a..b", "--rate", "10/s"}, `limit name "a..b"`},
 		{[]string{"--rate", "10/s"}, "NAME"},
 		{[]string{"model", "--concurrency", "-3"}, "--concurrency -3"},
+		{[]string{"model", "--concurrency", "3", "--burst", "4"}, "--burst 4 without --rate"},
 		{[]string{"model", "--concurrency", "2000000"}, "--concurrency 2000000"},
 	} {
 		args := append([]string{"limit", "set"}, bad.args...)
