@@ -23,8 +23,10 @@ type Limited interface {
 
 // FairnessKey sets how a run's fairness key is computed from its input
 // (decoded as the first step gets it): runs waiting for a resource's
-// slots are served round-robin between keys and in order within a key,
-// so a tenant with 10,000 runs queued does not delay a tenant with one.
+// slots in a worker are served round-robin between keys and in order
+// within a key, so a tenant with thousands of runs queued does not delay
+// a tenant with one (among the steps the fleet's workers hold queued: at
+// most the workflow consumer's MaxAckPending; see pkg/worker).
 //
 //	steps.New[Claim]("claim", 1).FairnessKey(func(c Claim) string { return c.Tenant })
 //
@@ -43,8 +45,9 @@ func (w *Workflow[S]) FairnessKey(fn func(input S) string) *Workflow[S] {
 }
 
 // Priority sets how a run's priority is computed from its input (decoded
-// as the first step gets it): a run waiting for a resource's slot goes
-// before every run of a lower priority, whatever their fairness keys.
+// as the first step gets it): a run waiting in a worker for a resource's
+// slot goes before every run of a lower priority waiting there, whatever
+// their fairness keys.
 // Without Priority every run has priority 0.
 //
 //	wf.Priority(func(c Claim) int { if c.Urgent { return 10 }; return 0 })
