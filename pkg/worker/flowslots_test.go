@@ -189,8 +189,6 @@ func TestConcurrencyLimitIsFairBetweenTenants(t *testing.T) {
 			mu.Unlock()
 			h.start("modelflow", "urgent", `{"tenant":"a","urgent":true}`)
 			h.waitStatus("urgent", checkpoint.StatusCompleted, 60*time.Second)
-			mu.Lock()
-			mu.Unlock()
 			for i := range 30 {
 				h.waitStatus(fmt.Sprintf("a-%02d", i), checkpoint.StatusCompleted, 60*time.Second)
 			}
