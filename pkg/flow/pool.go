@@ -80,13 +80,18 @@ type resource struct {
 	queue      fairQueue
 	// lastUsed: when a caller last took or gave back a slot here.
 	lastUsed time.Time
+	// gen counts the times the limit was deleted: a slot taken before
+	// gives nothing back when released.
+	gen int
 }
 
 // A Slot is one call's place in a concurrency limit. Release it when the
 // call ends; releasing twice does nothing.
 type Slot struct {
-	p        *Pool
-	name     string
+	p    *Pool
+	name string
+	// gen is the limit's generation it was taken under (resource.gen).
+	gen      int
 	released atomic.Bool
 	// Waited is how long the caller queued for the slot.
 	Waited time.Duration
@@ -102,7 +107,7 @@ func (s *Slot) Release() {
 	if s == nil || s.p == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.p.release(s.name)
+	s.p.release(s.name, s.gen)
 }
 
 // A Ticket is a caller queued for a slot.
@@ -197,7 +202,7 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	r.lastUsed = now
 	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
-		return &Slot{p: p, name: name}
+		return &Slot{p: p, name: name, gen: r.gen}
 	}
 	return nil
 }
@@ -226,7 +231,7 @@ func (p *Pool) Acquire(name string, q Queue, granted func(*Slot)) (*Slot, *Ticke
 	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
 		p.mu.Unlock()
-		return &Slot{p: p, name: name}, nil
+		return &Slot{p: p, name: name, gen: r.gen}, nil
 	}
 	w := &waiter{key: q.Key, prio: q.Priority, since: now, granted: granted}
 	r.queue.push(w)
@@ -265,10 +270,10 @@ func (p *Pool) Close() {
 }
 
 // release is a slot's Release.
-func (p *Pool) release(name string) {
+func (p *Pool) release(name string, gen int) {
 	p.mu.Lock()
 	r := p.res[name]
-	if r == nil || !r.limited {
+	if r == nil || !r.limited || r.gen != gen {
 		p.mu.Unlock()
 		return
 	}
@@ -334,7 +339,7 @@ func (r *resource) fill(p *Pool, now time.Time, freed bool) []grantTo {
 		w := r.queue.pop()
 		w.gone = true
 		r.inUse++
-		out = append(out, grantTo{w: w, s: &Slot{p: p, name: r.name, Waited: now.Sub(w.since)}})
+		out = append(out, grantTo{w: w, s: &Slot{p: p, name: r.name, gen: r.gen, Waited: now.Sub(w.since)}})
 	}
 	return out
 }
@@ -349,6 +354,7 @@ func (r *resource) unlimit(now time.Time) []grantTo {
 		out = append(out, grantTo{w: w, s: &Slot{name: r.name, Waited: now.Sub(w.since)}})
 	}
 	r.limited, r.held, r.want, r.inUse, r.rec = false, 0, 0, 0, slotRecord{}
+	r.gen++ // slots taken before are nobody's now
 	return out
 }
 

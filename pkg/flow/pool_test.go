@@ -417,3 +417,31 @@ func TestPoolLoweredLimitBindsABusyPool(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPoolSlotOfADeletedLimitDoesNotFreeANewOne: a slot taken under a
+// limit that was then deleted and set again, released late, does not
+// give back a slot of the new limit.
+func TestPoolSlotOfADeletedLimitDoesNotFreeANewOne(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	p, st := pool(t, srv, 0)
+	if _, err := st.SetConcurrency(ctxT(t), "model", 1, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees the limit", func() bool { return p.Limited("model") })
+	old := acquire(t, p, "model", "k")
+	if err := st.DeleteConcurrency(ctxT(t), "model"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees it deleted", func() bool { return !p.Limited("model") })
+	if _, err := st.SetConcurrency(ctxT(t), "model", 1, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees the new limit", func() bool { return p.Limited("model") })
+	cur := acquire(t, p, "model", "k")
+	old.Release()
+	if s := p.TryAcquire("model"); s != nil {
+		s.Release()
+		t.Error("a second slot of a limit of 1 while one is held: the old limit's slot freed the new one's")
+	}
+	cur.Release()
+}
