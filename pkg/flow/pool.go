@@ -76,8 +76,8 @@ type resource struct {
 	// takes none while others want until another process has written
 	// (the one it gave them to, taking them).
 	yielded bool
-	inUse      int
-	queue      fairQueue
+	inUse   int
+	queue   fairQueue
 	// lastUsed: when a caller last took or gave back a slot here.
 	lastUsed time.Time
 	// gen counts the times the limit was deleted: a slot taken before
