@@ -111,7 +111,7 @@ type workerOptions struct {
 	// flowLimit > 0 sets a concurrency limit of that many on FlowResource,
 	// which every claims-9 step uses, and runs the worker with it.
 	flowLimit int
-	level                                                    zerolog.Level
+	level     zerolog.Level
 }
 
 func parseWorkerFlags(args []string, stderr io.Writer) (workerOptions, error) {
