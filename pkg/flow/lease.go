@@ -107,7 +107,7 @@ func (p *Pool) wrote(name string, rec slotRecord, d decision, until time.Time) {
 	if rec.rev > r.rec.rev {
 		r.rec = rec
 	}
-	r.held, r.want, r.until = d.n, d.want, until
+	r.held, r.until = d.n, until
 	grants := r.fill(p, time.Now(), false)
 	p.mu.Unlock()
 	grant(grants)

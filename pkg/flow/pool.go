@@ -69,9 +69,10 @@ type resource struct {
 	// rec is the newest record seen (limited false: none, unlimited).
 	rec     slotRecord
 	limited bool
-	// held, want and until are the pool's lease as last written.
-	held, want int
-	until      time.Time
+	// held and until are the pool's lease as last written (what it wants
+	// is read from the record).
+	held  int
+	until time.Time
 	// yielded: the pool gave slots back while another wanted them, and
 	// takes none while others want until another process has written
 	// (the one it gave them to, taking them).
@@ -353,7 +354,7 @@ func (r *resource) unlimit(now time.Time) []grantTo {
 		w.gone = true
 		out = append(out, grantTo{w: w, s: &Slot{name: r.name, Waited: now.Sub(w.since)}})
 	}
-	r.limited, r.held, r.want, r.inUse, r.rec = false, 0, 0, 0, slotRecord{}
+	r.limited, r.held, r.inUse, r.rec = false, 0, 0, slotRecord{}
 	r.gen++ // slots taken before are nobody's now
 	return out
 }

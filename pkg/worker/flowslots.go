@@ -76,7 +76,7 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 	// None free: the fairness key (a decoding of the input) is only
 	// needed to queue.
 	wt := &waiting{msg: d.raw, clock: d.clock}
-	wt.hb = startHeartbeat(d.raw, w.heartbeat, w.markQueued(run.ID))
+	wt.hb = startHeartbeat(d.raw, w.heartbeat, w.marker(run.ID))
 	w.queue.mu.Lock()
 	if w.queue.closed {
 		w.queue.mu.Unlock()
@@ -151,23 +151,6 @@ func (w *Worker) closeQueue() {
 		w.queue.redispatch.Done()
 	}
 	w.queue.redispatch.Wait()
-}
-
-// markQueued is what a queued delivery's heartbeat records in the store
-// besides telling the server: a liveness mark, so that the scheduler's
-// repair sees the run's step is held (nil when the store keeps none).
-func (w *Worker) markQueued(id string) func() {
-	lv, ok := w.cfg.Store.(checkpoint.Liveness)
-	if !ok {
-		return nil
-	}
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
-		defer cancel()
-		if err := lv.MarkAlive(ctx, id, time.Now()); err != nil {
-			w.log.Debug().Err(err).Str("run_id", id).Msg("liveness mark not written")
-		}
-	}
 }
 
 // openPool starts the worker's share of the concurrency limits, when it

@@ -662,14 +662,26 @@ func startHeartbeat(msg jetstream.Msg, every time.Duration, mark func()) *heartb
 // after it): a body that ignores its context and hangs is left to the
 // repair, as a lost message is.
 func (w *Worker) markAlive(id string, start time.Time) func() {
+	mark := w.marker(id)
+	if mark == nil {
+		return nil
+	}
+	return func() {
+		if time.Since(start) <= w.cfg.StepTimeout+w.cfg.AckWait {
+			mark()
+		}
+	}
+}
+
+// marker returns the write of a liveness mark of run id (nil when the
+// store keeps none). A queued delivery's heartbeat writes it with no
+// bound (flowslots.go): no body runs that could hang.
+func (w *Worker) marker(id string) func() {
 	lv, ok := w.cfg.Store.(checkpoint.Liveness)
 	if !ok {
 		return nil
 	}
 	return func() {
-		if time.Since(start) > w.cfg.StepTimeout+w.cfg.AckWait {
-			return
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
 		defer cancel()
 		if err := lv.MarkAlive(ctx, id, time.Now()); err != nil {
