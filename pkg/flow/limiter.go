@@ -118,7 +118,7 @@ func (l *Limiter) holds(ctx context.Context, name string) (bool, error) {
 	}
 	l.learned = map[string]bool{}
 	l.mu.Unlock()
-	names, err := l.store.names(ctx)
+	names, err := l.store.names(ctx, key(""))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for n := range l.learned {

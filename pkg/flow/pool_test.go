@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -444,4 +445,22 @@ func TestPoolSlotOfADeletedLimitDoesNotFreeANewOne(t *testing.T) {
 		t.Error("a second slot of a limit of 1 while one is held: the old limit's slot freed the new one's")
 	}
 	cur.Release()
+}
+
+// TestConcurrencyLimitsAreBounded: the store keeps at most MaxLimits
+// concurrency limits, as it does rates.
+func TestConcurrencyLimitsAreBounded(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	st, _ := newStore(t, srv, flow.StoreOptions{MaxLimits: 2})
+	for _, name := range []string{"a", "b"} {
+		if _, err := st.SetConcurrency(ctxT(t), name, 1, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.SetConcurrency(ctxT(t), "c", 1, "test"); !errors.Is(err, flow.ErrTooMany) {
+		t.Fatalf("a third concurrency limit past MaxLimits 2: %v, want ErrTooMany", err)
+	}
+	if _, err := st.SetConcurrency(ctxT(t), "a", 3, "test"); err != nil {
+		t.Errorf("changing one kept: %v", err)
+	}
 }

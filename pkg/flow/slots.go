@@ -114,9 +114,9 @@ func (r *slotRecord) slots(now time.Time) Slots {
 }
 
 // SetConcurrency stores name's concurrency limit, recording by as who set
-// it. Leases keep what they hold: a lower limit takes effect as holders
-// give slots back. A bad name or a limit outside [1, MaxConcurrency] is
-// ErrBadLimit.
+// it. A lower limit binds as the calls holding slots end. A bad name or a
+// limit outside [1, MaxConcurrency] is ErrBadLimit; a new name past
+// StoreOptions.MaxLimits concurrency limits is ErrTooMany.
 func (s *Store) SetConcurrency(ctx context.Context, name string, limit int, by string) (Slots, error) {
 	if err := nameErr(name); err != nil {
 		return Slots{}, err
@@ -131,6 +131,9 @@ func (s *Store) SetConcurrency(ctx context.Context, name string, limit int, by s
 		r, err := s.getSlots(ctx, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
+			if err := s.roomIn(ctx, slotKey(""), name); err != nil {
+				return Slots{}, err
+			}
 			r = slotRecord{name: name}
 		case err != nil:
 			return Slots{}, err

@@ -34,9 +34,9 @@ type StoreOptions struct {
 	// Replicas of the bucket when NewStore creates it. Default 1; use 3
 	// on a JetStream cluster. An existing bucket keeps its own.
 	Replicas int
-	// MaxLimits bounds the names the store keeps, limits set and
-	// slow-downs of names with no limit alike: a new one past it is
-	// ErrTooMany. Writers at the same moment may each find room, and pass
+	// MaxLimits bounds the names the store keeps, rates set and
+	// slow-downs of names with no limit alike, and apart from them the
+	// concurrency limits: a new one past it is ErrTooMany. Writers at the same moment may each find room, and pass
 	// it by their number. Default 1,000.
 	MaxLimits int
 }
@@ -384,9 +384,15 @@ func contended(op, name string) error {
 	return fmt.Errorf("%s %s: changed by others %d times in a row: %w", op, name, maxAttempts, jetstream.ErrKeyRevisionMismatch)
 }
 
-// room checks that one more name fits (ErrTooMany when not).
+// room checks that one more rate fits (ErrTooMany when not).
 func (s *Store) room(ctx context.Context, name string) error {
-	names, err := s.names(ctx)
+	return s.roomIn(ctx, key(""), name)
+}
+
+// roomIn checks that one more key under prefix (the rates' or the
+// concurrency limits') fits: each kind holds at most MaxLimits names.
+func (s *Store) roomIn(ctx context.Context, prefix, name string) error {
+	names, err := s.names(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("limit %s: count limits: %w", name, err)
 	}
@@ -396,11 +402,11 @@ func (s *Store) room(ctx context.Context, name string) error {
 	return nil
 }
 
-// names reads the names stored, keys only.
-func (s *Store) names(ctx context.Context) (map[string]bool, error) {
+// names reads the names stored under prefix, keys only.
+func (s *Store) names(ctx context.Context, prefix string) (map[string]bool, error) {
 	names := map[string]bool{}
-	err := s.scan(ctx, true, func(e jetstream.KeyValueEntry) error {
-		names[e.Key()[len(key("")):]] = true
+	err := s.scanKeys(ctx, prefix+">", true, func(e jetstream.KeyValueEntry) error {
+		names[e.Key()[len(prefix):]] = true
 		return nil
 	})
 	return names, err
