@@ -16,44 +16,72 @@ import (
 // while it waits for leases of others to run out.
 const minWake = 10 * time.Millisecond
 
-// reconcileAll brings every lease to what the pool needs and returns when
-// to look again at the latest.
+// reconcileAll brings every lease that changed, or is due, to what the
+// pool needs, purges the records of dead keys, and returns when to look
+// again at the latest.
 func (p *Pool) reconcileAll(ctx context.Context) time.Time {
+	now := time.Now()
 	p.mu.Lock()
-	names := make([]string, 0, len(p.res))
-	for name, r := range p.res {
-		if r.limited {
-			names = append(names, name)
+	var kvs []string
+	for kv, r := range p.res {
+		if r.dirty || !now.Before(r.next) {
+			kvs = append(kvs, kv)
 		}
 	}
 	p.mu.Unlock()
-	next := time.Now().Add(time.Hour)
-	for _, name := range names {
-		if t := p.reconcile(ctx, name); t.Before(next) {
-			next = t
+	for _, kv := range kvs {
+		p.reconcile(ctx, kv)
+	}
+	next := now.Add(time.Hour)
+	p.mu.Lock()
+	for kv, r := range p.res {
+		if r.isKey() && r.rec.rev == 0 && r.inUse == 0 && r.queue.len() == 0 && r.held == 0 {
+			delete(p.res, kv) // nothing stored, nothing here: forgotten
+			continue
+		}
+		if r.next.Before(next) {
+			next = r.next
 		}
 	}
+	p.mu.Unlock()
 	return next
 }
 
-// reconcile writes name's lease until it says what the pool needs, and
-// returns when to look again.
-func (p *Pool) reconcile(ctx context.Context, name string) time.Time {
+// reconcile writes kv's lease until it says what the pool needs, and
+// sets when to look again.
+func (p *Pool) reconcile(ctx context.Context, kv string) {
 	for attempt := range maxAttempts {
 		p.mu.Lock()
-		r := p.res[name]
-		if r == nil || !r.limited {
+		r := p.res[kv]
+		if r == nil {
 			p.mu.Unlock()
-			return time.Now().Add(time.Hour)
+			return
 		}
 		now := time.Now()
+		r.dirty = false
 		d := r.decide(p.id, p.lease, now)
 		if !d.write {
-			p.mu.Unlock()
-			if soon := now.Add(minWake); d.next.Before(soon) {
-				return soon
+			r.next = d.next
+			if soon := now.Add(minWake); r.next.Before(soon) {
+				r.next = soon
 			}
-			return d.next
+			sweep := false
+			if r.isKey() && r.rec.rev > 0 {
+				// Once every lease has run out, the record is a dead key's.
+				if at := r.rec.lastEnd().Add(p.sweepAfter); now.Before(at) {
+					if at.Before(r.next) {
+						r.next = at
+					}
+				} else {
+					sweep = true
+				}
+			}
+			rec := r.rec.clone()
+			p.mu.Unlock()
+			if sweep {
+				p.sweep(ctx, rec)
+			}
+			return
 		}
 		// Slots given back are no longer handed out from here on, even
 		// if the write fails: holding more in the store than in use
@@ -75,61 +103,103 @@ func (p *Pool) reconcile(ctx context.Context, name string) time.Time {
 		} else {
 			rec.Holders[p.id] = lease{N: d.n, Want: d.want, Until: until}
 		}
-		err := p.st.putSlots(ctx, &rec)
+		err := p.st.putLease(ctx, &rec, now)
 		if err == nil {
-			p.wrote(name, rec, d, until)
+			p.wrote(kv, rec, d, until)
 			continue
 		}
 		if ctx.Err() != nil {
-			return now
+			return
 		}
 		if !errors.Is(err, errConflict) {
-			p.onErr(name, err)
-			return now.Add(time.Second)
+			p.onErr(rec.name, err)
+			p.later(kv, now.Add(time.Second))
+			return
 		}
-		p.refresh(ctx, name)
+		p.refresh(ctx, kv)
 		if attempt > 0 {
 			backOff(attempt)
 		}
 	}
-	return time.Now().Add(minWake)
+	p.later(kv, time.Now().Add(minWake))
+}
+
+// later sets when kv's lease is decided again.
+func (p *Pool) later(kv string, at time.Time) {
+	p.mu.Lock()
+	if r := p.res[kv]; r != nil {
+		r.next = at
+	}
+	p.mu.Unlock()
+}
+
+// sweep purges rec, a key's record whose leases all ran out a while ago
+// (their processes died): the key is idle. Another pool may be first, or
+// the key busy again; either way the compare-and-set refuses, and the
+// watch tells.
+func (p *Pool) sweep(ctx context.Context, rec slotRecord) {
+	if err := p.st.purgeKeyRecord(ctx, &rec); err != nil && !errors.Is(err, errConflict) && ctx.Err() == nil {
+		p.onErr(rec.name, err)
+	}
 }
 
 // wrote takes in a lease the pool wrote, and starts the callers it lets
 // start.
-func (p *Pool) wrote(name string, rec slotRecord, d decision, until time.Time) {
+func (p *Pool) wrote(kv string, rec slotRecord, d decision, until time.Time) {
+	var b batch
 	p.mu.Lock()
-	r := p.res[name]
-	if r == nil || !r.limited {
+	r := p.res[kv]
+	if r == nil || !r.limited && !r.isKey() {
 		p.mu.Unlock()
 		return
 	}
-	if rec.rev > r.rec.rev {
+	switch {
+	case rec.rev > r.rec.rev:
 		r.rec = rec
+	case rec.rev == 0 && r.isKey():
+		r.purged() // the write purged it: nobody holds its slots
 	}
 	r.held, r.until = d.n, until
-	grants := r.fill(p, time.Now(), false)
+	if r.limited {
+		p.fill(r, time.Now(), false, &b)
+	}
 	p.mu.Unlock()
-	grant(grants)
+	p.finish(&b)
 }
 
-// refresh reads name's record after a compare-and-set found it changed.
-func (p *Pool) refresh(ctx context.Context, name string) {
-	rec, err := p.st.getSlots(ctx, name)
+// refresh reads kv's record after a compare-and-set found it changed.
+func (p *Pool) refresh(ctx context.Context, kv string) {
 	p.mu.Lock()
-	r := p.res[name]
-	var grants []grantTo
+	r := p.res[kv]
+	if r == nil {
+		p.mu.Unlock()
+		return
+	}
+	name, per, isKey := r.name, r.rec.Limit, r.isKey()
+	p.mu.Unlock()
+	var rec slotRecord
+	e, err := p.st.entry(ctx, kv, "concurrency limit "+name)
+	if err == nil && isKey {
+		rec, err = decodeKeySlots(name, per, e)
+	} else if err == nil {
+		rec, err = decodeSlots(name, e)
+	}
+	var b batch
+	p.mu.Lock()
+	r = p.res[kv]
 	switch {
 	case r == nil:
+	case errors.Is(err, ErrNotFound) && isKey:
+		r.purged()
 	case errors.Is(err, ErrNotFound):
-		grants = r.unlimit(time.Now())
+		p.unlimit(r, time.Now(), &b)
 	case err != nil:
 		p.onErr(name, err)
 	case rec.rev > r.rec.rev:
 		r.rec = rec
 	}
 	p.mu.Unlock()
-	grant(grants)
+	p.finish(&b)
 }
 
 // decision is what a pool's lease of one limit should be now.
@@ -151,6 +221,11 @@ type decision struct {
 // How many callers wait here is written when it goes from none to some
 // or back: the other pools only ask whether someone wants.
 func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) decision {
+	if !r.limited {
+		// The limit is lifted: a lease left in a key's record goes.
+		_, listed := r.rec.Holders[id]
+		return decision{write: listed && r.rec.rev > 0, next: now.Add(time.Hour)}
+	}
 	others, wanting, holders := r.rec.used(id, now)
 	limit, need := r.rec.Limit, r.queue.len()
 	room := max(limit-others, 0)
@@ -213,6 +288,17 @@ func (r *resource) idle(leaseFor time.Duration, now time.Time, d *decision) time
 	return d.next
 }
 
+// lastEnd is when the last of r's leases runs out.
+func (r *slotRecord) lastEnd() time.Time {
+	var last time.Time
+	for _, l := range r.Holders {
+		if l.Until.After(last) {
+			last = l.Until
+		}
+	}
+	return last
+}
+
 // firstEnd is the earliest end of another holder's lease after now.
 func (r *slotRecord) firstEnd(id string, now time.Time) time.Time {
 	var first time.Time
@@ -237,25 +323,30 @@ func (p *Pool) giveBackAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p.mu.Lock()
-	var names []string
-	for name, r := range p.res {
-		if _, listed := r.rec.Holders[p.id]; r.limited && listed {
-			names = append(names, name)
+	var mine []*resource
+	for _, r := range p.res {
+		if _, listed := r.rec.Holders[p.id]; listed {
+			mine = append(mine, r)
 		}
 	}
 	p.mu.Unlock()
-	for _, name := range names {
+	for _, r := range mine {
 		for attempt := range maxAttempts {
-			rec, err := p.st.getSlots(ctx, name)
+			e, err := p.st.entry(ctx, r.kv, "concurrency limit "+r.name)
+			var rec slotRecord
+			if err == nil && r.isKey() {
+				rec, err = decodeKeySlots(r.name, 0, e)
+			} else if err == nil {
+				rec, err = decodeSlots(r.name, e)
+			}
 			if err != nil {
 				break
 			}
 			if _, listed := rec.Holders[p.id]; !listed {
 				break
 			}
-			rec.prune(time.Now())
 			delete(rec.Holders, p.id)
-			if err = p.st.putSlots(ctx, &rec); !errors.Is(err, errConflict) {
+			if err = p.st.putLease(ctx, &rec, time.Now()); !errors.Is(err, errConflict) {
 				break
 			}
 			backOff(attempt + 1)

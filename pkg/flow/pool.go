@@ -3,9 +3,11 @@ package flow
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +41,18 @@ type Pool struct {
 	id    string
 	lease time.Duration
 	onErr func(name string, err error)
+	// sweepAfter is how long after the last lease of a dead key's record
+	// ran out this pool purges it (a share of the lease, random per pool,
+	// so that the pools do not all try at once).
+	sweepAfter time.Duration
 
-	mu  sync.Mutex
+	mu sync.Mutex
+	// res are the pool's views of the limits' records, by KV key:
+	// "c.<name>" a resource's limit over all keys, "k.<name>.<hash>" the
+	// leases of one key of a per-key limit.
 	res map[string]*resource
+	// perKey is each resource's limit per key ("p.<name>"), by name.
+	perKey map[string]int
 
 	nudge chan struct{}
 	ready chan struct{}
@@ -63,9 +74,13 @@ type PoolOptions struct {
 	OnError func(name string, err error)
 }
 
-// resource is a pool's view of one concurrency limit.
+// resource is a pool's view of one record of leases: a resource's limit
+// over all keys, or one key's under a per-key limit.
 type resource struct {
 	name string
+	// kv is the record's KV key, and key the fairness key of a key's
+	// record ("" for a resource's).
+	kv, key string
 	// rec is the newest record seen (limited false: none, unlimited).
 	rec     slotRecord
 	limited bool
@@ -81,21 +96,36 @@ type resource struct {
 	queue   fairQueue
 	// lastUsed: when a caller last took or gave back a slot here.
 	lastUsed time.Time
-	// gen counts the times the limit was deleted: a slot taken before
+	// gen counts the times the limit was lifted: a slot taken before
 	// gives nothing back when released.
 	gen int
+	// dirty: something changed since the lease was last decided; next:
+	// when to decide again regardless.
+	dirty bool
+	next  time.Time
 }
 
-// A Slot is one call's place in a concurrency limit. Release it when the
-// call ends; releasing twice does nothing.
+// isKey reports whether r is one key's record of a per-key limit.
+func (r *resource) isKey() bool { return r.key != "" || r.kv != slotKey(r.name) }
+
+// A Slot is one call's place in a concurrency limit: a slot of the
+// resource's limit over all keys, of its key's limit, or both. Release
+// it when the call ends; releasing twice does nothing.
 type Slot struct {
-	p    *Pool
-	name string
-	// gen is the limit's generation it was taken under (resource.gen).
-	gen      int
+	p     *Pool
+	name  string
+	parts []part
+	// released guards against a second Release.
 	released atomic.Bool
 	// Waited is how long the caller queued for the slot.
 	Waited time.Duration
+}
+
+// part is a slot of one record: its KV key, and the generation of the
+// limit it was taken under (resource.gen).
+type part struct {
+	kv  string
+	gen int
 }
 
 // Name is the resource the slot is of ("" for a slot of nobody's: the
@@ -108,36 +138,54 @@ func (s *Slot) Release() {
 	if s == nil || s.p == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.p.release(s.name, s.gen)
+	s.p.release(s.parts)
 }
 
 // A Ticket is a caller queued for a slot.
 type Ticket struct {
-	p    *Pool
-	name string
-	w    *waiter
+	p *Pool
+	w *waiter
 }
 
+// waiter is a caller queued for a slot. Under a per-key limit it takes
+// its key's slot, then the resource's (stages): one holding its key's
+// slot may wait for the resource's, never the other way round.
 type waiter struct {
 	key     string
 	prio    int
 	since   time.Time
 	granted func(*Slot)
-	gone    bool // granted or cancelled
+	name    string
+	// stages are the KV keys of the records still to take a slot of, in
+	// order; parts the slots taken so far; at the queue it waits in.
+	stages []string
+	parts  []part
+	at     *resource
+	gone   bool // granted or cancelled
 }
 
 // Cancel takes the caller out of the queue; false when the slot was
-// granted already (the callback has the slot, and releases it).
+// granted already (the callback has the slot, and releases it). A caller
+// that held its key's slot while it waited for the resource's gives it
+// back, which may start another caller: its granted callback may run on
+// the goroutine that cancels, as on one that releases a slot.
 func (t *Ticket) Cancel() bool {
-	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
-	if t.w.gone {
+	p, w := t.p, t.w
+	p.mu.Lock()
+	if w.gone {
+		p.mu.Unlock()
 		return false
 	}
-	t.w.gone = true
-	if r := t.p.res[t.name]; r != nil {
-		r.queue.remove(t.w)
+	w.gone = true
+	if w.at != nil {
+		w.at.queue.remove(w)
+		w.at = nil
 	}
+	parts := w.parts
+	w.parts = nil
+	p.mu.Unlock()
+	// A key's slot taken while waiting for the resource's goes back.
+	p.release(parts)
 	return true
 }
 
@@ -150,21 +198,23 @@ func NewPool(ctx context.Context, st *Store, opts PoolOptions) (*Pool, error) {
 	if opts.Lease < time.Second {
 		return nil, fmt.Errorf("flow pool: lease %s is too short (min 1s)", opts.Lease)
 	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
 	if opts.ID == "" {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b)
 		opts.ID = hex.EncodeToString(b)
 	}
 	if opts.OnError == nil {
 		opts.OnError = func(string, error) {}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := st.kv.Watch(wctx, slotKey(">"))
+	w, err := st.kv.WatchFiltered(wctx, []string{slotKey(">"), perKeyKey(">"), "k.>"})
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("flow pool: watch concurrency limits: %w", err)
 	}
-	p := &Pool{st: st, id: opts.ID, lease: opts.Lease, onErr: opts.OnError, res: map[string]*resource{},
+	p := &Pool{st: st, id: opts.ID, lease: opts.Lease, onErr: opts.OnError,
+		sweepAfter: time.Duration(binary.BigEndian.Uint64(b) % uint64(opts.Lease/3)),
+		res:        map[string]*resource{}, perKey: map[string]int{},
 		nudge: make(chan struct{}, 1), ready: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go p.run(wctx, w)
 	select {
@@ -181,21 +231,26 @@ func NewPool(ctx context.Context, st *Store, opts PoolOptions) (*Pool, error) {
 // ID is the name of the pool's leases.
 func (p *Pool) ID() string { return p.id }
 
-// Limited reports whether name has a concurrency limit.
+// Limited reports whether name has a concurrency limit, over all keys or
+// per key.
 func (p *Pool) Limited(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.res[name]
-	return r != nil && r.limited
+	r := p.res[slotKey(name)]
+	return r != nil && r.limited || p.perKey[name] > 0
 }
 
 // TryAcquire takes a slot of name if one is free here now, without
-// queueing: nil when none is (then Acquire queues the caller). A name
+// queueing: nil when none is (then Acquire queues the caller), and nil
+// when name has a limit per key (Acquire with the caller's key). A name
 // with no limit always has one.
 func (p *Pool) TryAcquire(name string) *Slot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.res[name]
+	if p.perKey[name] > 0 {
+		return nil
+	}
+	r := p.res[slotKey(name)]
 	if r == nil || !r.limited {
 		return &Slot{}
 	}
@@ -203,7 +258,8 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	r.lastUsed = now
 	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
-		return &Slot{p: p, name: name, gen: r.gen}
+		r.dirty = true
+		return &Slot{p: p, name: name, parts: []part{{kv: r.kv, gen: r.gen}}}
 	}
 	return nil
 }
@@ -211,6 +267,8 @@ func (p *Pool) TryAcquire(name string) *Slot {
 // Queue says where a caller waits while no slot is free: behind the
 // callers of a higher Priority, and among those of its own round-robin
 // between fairness keys (Key), in the order they came within a key.
+// Under a per-key limit (Store.SetConcurrencyPerKey) Key is also whose
+// slots the caller takes.
 type Queue struct {
 	Key      string
 	Priority int
@@ -222,42 +280,139 @@ type Queue struct {
 // once one frees, on a goroutine of the pool that it must not block.
 func (p *Pool) Acquire(name string, q Queue, granted func(*Slot)) (*Slot, *Ticket) {
 	p.mu.Lock()
-	r := p.res[name]
-	if r == nil || !r.limited {
+	now := time.Now()
+	w := &waiter{key: q.Key, prio: q.Priority, since: now, granted: granted, name: name, stages: p.stagesOf(name, q.Key, now)}
+	if len(w.stages) == 0 {
 		p.mu.Unlock()
 		return &Slot{}, nil
 	}
-	now := time.Now()
-	r.lastUsed = now
-	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
-		r.inUse++
-		p.mu.Unlock()
-		return &Slot{p: p, name: name, gen: r.gen}, nil
-	}
-	w := &waiter{key: q.Key, prio: q.Priority, since: now, granted: granted}
-	r.queue.push(w)
+	var b batch
+	s := p.advance(w, now, &b)
 	p.mu.Unlock()
-	p.poke()
-	return nil, &Ticket{p: p, name: name, w: w}
+	p.finish(&b)
+	if s != nil {
+		return s, nil
+	}
+	return nil, &Ticket{p: p, w: w}
+}
+
+// stagesOf lists the records a caller of name and key takes a slot of
+// (p.mu held): its key's under a per-key limit, then the resource's.
+func (p *Pool) stagesOf(name, key string, now time.Time) []string {
+	var out []string
+	if per := p.perKey[name]; per > 0 {
+		kv := keySlotKey(name, key)
+		if p.res[kv] == nil {
+			p.res[kv] = &resource{name: name, kv: kv, key: key, limited: true, lastUsed: now,
+				rec: slotRecord{Limit: per, name: name, kv: kv, Key: key}}
+		}
+		out = append(out, kv)
+	}
+	if r := p.res[slotKey(name)]; r != nil && r.limited {
+		out = append(out, r.kv)
+	}
+	return out
+}
+
+// batch collects what a change under p.mu lets happen once it is
+// unlocked: callers to start, and whether the leases need deciding.
+type batch struct {
+	grants []grantTo
+	poke   bool
+}
+
+// grantTo is one slot handed to a queued caller.
+type grantTo struct {
+	w *waiter
+	s *Slot
+}
+
+// finish starts the callers b lets start and wakes the lease keeper if
+// b asks (p.mu not held).
+func (p *Pool) finish(b *batch) {
+	for _, g := range b.grants {
+		g.w.granted(g.s)
+	}
+	if b.poke {
+		p.poke()
+	}
+}
+
+// advance takes w's slots, stage by stage, while they are free here
+// (p.mu held): the slot once w has all, nil when w queues at a stage.
+func (p *Pool) advance(w *waiter, now time.Time, b *batch) *Slot {
+	for len(w.stages) > 0 {
+		r := p.res[w.stages[0]]
+		if r == nil || !r.limited {
+			w.stages = w.stages[1:]
+			continue
+		}
+		r.lastUsed, r.dirty = now, true
+		if r.queue.len() > 0 || r.free(p.id, now) <= 0 || r.yields(p.id, now) {
+			r.queue.push(w)
+			w.at, b.poke = r, true
+			return nil
+		}
+		r.take(w)
+	}
+	w.gone = true
+	return &Slot{p: p, name: w.name, parts: w.parts, Waited: now.Sub(w.since)}
+}
+
+// take gives w a slot of r, its stage now (p.mu held).
+func (r *resource) take(w *waiter) {
+	r.inUse++
+	w.parts = append(w.parts, part{kv: r.kv, gen: r.gen})
+	w.stages = w.stages[1:]
 }
 
 // PoolStat is what a pool holds of one limit.
 type PoolStat struct {
 	Name string
-	// Limit is the fleet's limit; Held what this pool's lease holds, InUse
-	// what its callers hold and Waiting how many of them are queued.
-	Limit, Held, InUse, Waiting int
+	// Limit is the fleet's limit over all keys (0: none) and PerKey its
+	// limit per key (0: none). Held is what this pool's lease of the
+	// limit over all keys holds, InUse what its callers hold (of the
+	// limit over all keys, or of their keys' when there is none),
+	// Waiting how many of them are queued, and Keys how many keys they
+	// hold or wait for under the per-key limit.
+	Limit, PerKey, Held, InUse, Waiting, Keys int
 }
 
 // Stats returns what the pool holds of each limit, by name.
 func (p *Pool) Stats() []PoolStat {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]PoolStat, 0, len(p.res))
-	for _, r := range p.res {
-		if r.limited {
-			out = append(out, PoolStat{Name: r.name, Limit: r.rec.Limit, Held: r.held, InUse: r.inUse, Waiting: r.queue.len()})
+	by := map[string]*PoolStat{}
+	stat := func(name string) *PoolStat {
+		s := by[name]
+		if s == nil {
+			s = &PoolStat{Name: name, PerKey: p.perKey[name]}
+			by[name] = s
 		}
+		return s
+	}
+	for _, r := range p.res {
+		switch {
+		case !r.limited:
+		case !r.isKey():
+			s := stat(r.name)
+			s.Limit, s.Held, s.Waiting = r.rec.Limit, r.held, s.Waiting+r.queue.len()
+			s.InUse = r.inUse
+		case r.inUse > 0 || r.queue.len() > 0:
+			s := stat(r.name)
+			s.Waiting += r.queue.len()
+			s.Keys++
+			if s.Limit == 0 {
+				s.InUse += r.inUse
+			}
+		}
+	}
+	for name := range p.perKey {
+		stat(name)
+	}
+	out := make([]PoolStat, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
 	}
 	sortStats(out)
 	return out
@@ -270,23 +425,29 @@ func (p *Pool) Close() {
 	<-p.done
 }
 
-// release is a slot's Release.
-func (p *Pool) release(name string, gen int) {
-	p.mu.Lock()
-	r := p.res[name]
-	if r == nil || !r.limited || r.gen != gen {
-		p.mu.Unlock()
+// release is a slot's Release: each part goes back to its record, the
+// resource's first.
+func (p *Pool) release(parts []part) {
+	if len(parts) == 0 {
 		return
 	}
-	r.inUse = max(r.inUse-1, 0)
-	r.lastUsed = time.Now()
-	grants := r.fill(p, r.lastUsed, true)
-	poke := r.queue.len() > 0 || r.held > r.inUse && r.othersWant(p.id, time.Now())
-	p.mu.Unlock()
-	grant(grants)
-	if poke {
-		p.poke()
+	p.mu.Lock()
+	var b batch
+	now := time.Now()
+	for i := len(parts) - 1; i >= 0; i-- {
+		r := p.res[parts[i].kv]
+		if r == nil || !r.limited || r.gen != parts[i].gen {
+			continue
+		}
+		r.inUse = max(r.inUse-1, 0)
+		r.lastUsed, r.dirty = now, true
+		p.fill(r, now, true, &b)
+		if r.queue.len() > 0 || r.held > r.inUse && r.othersWant(p.id, now) || r.isKey() && r.inUse == 0 {
+			b.poke = true
+		}
 	}
+	p.mu.Unlock()
+	p.finish(&b)
 }
 
 func (p *Pool) poke() {
@@ -325,44 +486,40 @@ func (r *resource) othersWant(id string, now time.Time) bool {
 	return wanting > 0
 }
 
-// grant is one slot handed to a queued caller.
-type grantTo struct {
-	w *waiter
-	s *Slot
-}
-
-// fill hands the slots the lease holds and no caller uses to the
-// callers queued (p.mu held); slots freed by a caller are given back
-// instead while the pool yields (see yields), slots just taken are not.
-func (r *resource) fill(p *Pool, now time.Time, freed bool) []grantTo {
-	var out []grantTo
+// fill hands the slots r's lease holds and no caller uses to the callers
+// queued at r (p.mu held), each going on to its next stage; slots freed
+// by a caller are given back instead while the pool yields (see yields),
+// slots just taken are not.
+func (p *Pool) fill(r *resource, now time.Time, freed bool, b *batch) {
 	for r.queue.len() > 0 && r.free(p.id, now) > 0 && !(freed && r.yields(p.id, now)) {
 		w := r.queue.pop()
-		w.gone = true
-		r.inUse++
-		out = append(out, grantTo{w: w, s: &Slot{p: p, name: r.name, gen: r.gen, Waited: now.Sub(w.since)}})
+		w.at = nil
+		r.take(w)
+		if s := p.advance(w, now, b); s != nil {
+			b.grants = append(b.grants, grantTo{w: w, s: s})
+		}
 	}
-	return out
 }
 
-// unlimit hands every queued caller a slot of nobody's (p.mu held): the
-// limit is gone.
-func (r *resource) unlimit(now time.Time) []grantTo {
-	var out []grantTo
+// unlimit lifts r's limit (p.mu held): every caller queued at it goes on
+// to its next stage without a slot of r, and slots taken before give
+// nothing back. A resource's record is forgotten (it was deleted); a
+// key's is kept, for the pool to take its lease out of it.
+func (p *Pool) unlimit(r *resource, now time.Time, b *batch) {
 	for r.queue.len() > 0 {
 		w := r.queue.pop()
-		w.gone = true
-		out = append(out, grantTo{w: w, s: &Slot{name: r.name, Waited: now.Sub(w.since)}})
+		w.at = nil
+		w.stages = w.stages[1:]
+		if s := p.advance(w, now, b); s != nil {
+			b.grants = append(b.grants, grantTo{w: w, s: s})
+		}
 	}
-	r.limited, r.held, r.inUse, r.rec = false, 0, 0, slotRecord{}
-	r.gen++ // slots taken before are nobody's now
-	return out
-}
-
-func grant(gs []grantTo) {
-	for _, g := range gs {
-		g.w.granted(g.s)
+	r.limited, r.held, r.inUse, r.dirty = false, 0, 0, true
+	if !r.isKey() {
+		r.rec = slotRecord{}
 	}
+	r.gen++
+	b.poke = true
 }
 
 var errPoolWatch = errors.New("the watch of the concurrency limits ended")
@@ -405,22 +562,115 @@ func (p *Pool) observe(e jetstream.KeyValueEntry) {
 		}
 		return
 	}
-	name := e.Key()[len(slotKey("")):]
+	var b batch
 	p.mu.Lock()
-	r := p.res[name]
-	if r == nil {
-		r = &resource{name: name, lastUsed: time.Now()}
-		p.res[name] = r
+	switch k := e.Key(); {
+	case strings.HasPrefix(k, slotKey("")):
+		p.observeLimit(k[len(slotKey("")):], e, &b)
+	case strings.HasPrefix(k, perKeyKey("")):
+		p.observePerKey(k[len(perKeyKey("")):], e, &b)
+	default:
+		p.observeKey(k, e, &b)
 	}
-	var grants []grantTo
+	p.mu.Unlock()
+	p.finish(&b)
+}
+
+// observeLimit takes in a change of name's limit over all keys (p.mu
+// held).
+func (p *Pool) observeLimit(name string, e jetstream.KeyValueEntry, b *batch) {
+	kv := slotKey(name)
+	r := p.res[kv]
+	if r == nil {
+		r = &resource{name: name, kv: kv, lastUsed: time.Now()}
+		p.res[kv] = r
+	}
+	r.dirty = true
 	if e.Operation() != jetstream.KeyValuePut {
-		grants = r.unlimit(time.Now())
+		p.unlimit(r, time.Now(), b)
 	} else if rec, err := decodeSlots(name, e); err != nil {
 		p.onErr(name, err)
 	} else if rec.rev > r.rec.rev || !r.limited {
 		r.rec, r.limited, r.yielded = rec, true, false
-		grants = r.fill(p, time.Now(), true)
+		p.fill(r, time.Now(), true, b)
 	}
-	p.mu.Unlock()
-	grant(grants)
+}
+
+// observePerKey takes in a change of name's per-key limit (p.mu held):
+// every key of name takes the new limit, or none.
+func (p *Pool) observePerKey(name string, e jetstream.KeyValueEntry, b *batch) {
+	per := 0
+	if e.Operation() == jetstream.KeyValuePut {
+		rec, err := decodePerKey(name, e)
+		if err != nil {
+			p.onErr(name, err)
+			return
+		}
+		per = rec.PerKey
+	}
+	if per == p.perKey[name] {
+		return
+	}
+	if per == 0 {
+		delete(p.perKey, name)
+	} else {
+		p.perKey[name] = per
+	}
+	now := time.Now()
+	for _, r := range p.res {
+		if !r.isKey() || r.name != name {
+			continue
+		}
+		r.dirty = true
+		if per == 0 {
+			p.unlimit(r, now, b)
+			continue
+		}
+		r.rec.Limit, r.limited, r.yielded = per, true, false
+		p.fill(r, now, true, b)
+	}
+}
+
+// observeKey takes in a change of one key's record (p.mu held). A purged
+// record is forgotten once nothing here holds or waits for its slots.
+func (p *Pool) observeKey(kv string, e jetstream.KeyValueEntry, b *batch) {
+	name, ok := keyRecordName(kv)
+	if !ok {
+		return
+	}
+	r := p.res[kv]
+	if e.Operation() != jetstream.KeyValuePut {
+		if r != nil {
+			r.dirty = true
+			r.purged()
+			if r.inUse == 0 && r.queue.len() == 0 {
+				delete(p.res, kv)
+			}
+		}
+		return
+	}
+	per := p.perKey[name]
+	rec, err := decodeKeySlots(name, per, e)
+	if err != nil {
+		p.onErr(name, err)
+		return
+	}
+	if r == nil {
+		r = &resource{name: name, kv: kv, key: rec.Key, limited: per > 0}
+		p.res[kv] = r
+	}
+	r.dirty = true
+	if rec.rev > r.rec.rev {
+		r.rec, r.yielded = rec, false
+		if r.limited {
+			p.fill(r, time.Now(), true, b)
+		}
+	}
+}
+
+// purged takes in that r's record, a key's, is gone: no lease holds any
+// of its slots, this pool's neither.
+func (r *resource) purged() {
+	r.rec = slotRecord{Limit: r.rec.Limit, name: r.name, kv: r.kv, Key: r.key}
+	r.held, r.until = 0, time.Time{}
 }

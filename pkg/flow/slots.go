@@ -56,12 +56,25 @@ type slotRecord struct {
 	SetBy   string           `json:"set_by,omitempty"`
 	SetAt   time.Time        `json:"set_at,omitzero"`
 	Holders map[string]lease `json:"holders,omitempty"`
+	// Key is the fairness key a key record ("k.<name>.<hash>") is of; ""
+	// in a resource's record.
+	Key string `json:"key,omitempty"`
 
 	name string
-	rev  uint64
+	// kv is the record's KV key when it is a key's ("" for "c.<name>").
+	kv  string
+	rev uint64
 }
 
 func slotKey(name string) string { return "c." + name }
+
+// kvKey is the KV key r is stored under.
+func (r *slotRecord) kvKey() string {
+	if r.kv != "" {
+		return r.kv
+	}
+	return slotKey(r.name)
+}
 
 func decodeSlots(name string, e jetstream.KeyValueEntry) (slotRecord, error) {
 	var r slotRecord
@@ -213,15 +226,15 @@ func (s *Store) putSlots(ctx context.Context, r *slotRecord) error {
 	}
 	var rev uint64
 	if r.rev == 0 {
-		rev, err = s.kv.Create(ctx, slotKey(r.name), data)
+		rev, err = s.kv.Create(ctx, r.kvKey(), data)
 	} else {
-		rev, err = s.kv.Update(ctx, slotKey(r.name), data, r.rev)
+		rev, err = s.kv.Update(ctx, r.kvKey(), data, r.rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || isConflict(err) {
 		return errConflict
 	}
 	if err != nil {
-		return fmt.Errorf("store concurrency limit %s: %w", r.name, err)
+		return fmt.Errorf("store concurrency limit %s: %w", r.kvKey(), err)
 	}
 	r.rev = rev
 	return nil

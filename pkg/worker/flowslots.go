@@ -73,14 +73,12 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 	if s := w.pool.TryAcquire(resource); s != nil {
 		return s, true
 	}
-	// None free: the fairness key (a decoding of the input) is only
-	// needed to queue.
+	// None free, or the limit is per key: the fairness key (a decoding
+	// of the input) is only needed then.
 	wt := &waiting{msg: d.raw, clock: d.clock}
-	wt.hb = startHeartbeat(d.raw, w.heartbeat, w.marker(run.ID))
 	w.queue.mu.Lock()
 	if w.queue.closed {
 		w.queue.mu.Unlock()
-		wt.hb.stop()
 		_ = d.raw.Nak()
 		w.done(run.Workflow, d.name, "error", d)
 		return nil, false
@@ -89,9 +87,10 @@ func (w *Worker) slot(d *delivery, def steps.Definition, run checkpoint.Run) (*f
 	s, ticket := w.pool.Acquire(resource, q, func(s *flow.Slot) { w.granted(wt, s) })
 	if s != nil {
 		w.queue.mu.Unlock()
-		wt.hb.stop()
 		return s, true
 	}
+	// granted reads wt under w.queue.mu, held until wt is complete.
+	wt.hb = startHeartbeat(d.raw, w.heartbeat, w.marker(run.ID))
 	wt.ticket = ticket
 	w.queue.ms[wt] = struct{}{}
 	w.queue.redispatch.Add(1)
@@ -137,14 +136,23 @@ func (w *Worker) handBack(wt *waiting, s *flow.Slot) {
 func (w *Worker) closeQueue() {
 	w.queue.mu.Lock()
 	w.queue.closed = true
-	var left []*waiting
+	all := make([]*waiting, 0, len(w.queue.ms))
 	for wt := range w.queue.ms {
+		all = append(all, wt)
+	}
+	w.queue.mu.Unlock()
+	// Cancelled without w.queue.mu: a cancel gives back the key's slot
+	// a delivery held while it waited for the resource's, which may
+	// grant another delivery here (granted takes w.queue.mu).
+	var left []*waiting
+	for _, wt := range all {
 		if wt.ticket.Cancel() {
+			w.queue.mu.Lock()
 			delete(w.queue.ms, wt)
+			w.queue.mu.Unlock()
 			left = append(left, wt)
 		}
 	}
-	w.queue.mu.Unlock()
 	for _, wt := range left {
 		wt.hb.stop()
 		_ = wt.msg.Nak()

@@ -3,12 +3,15 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/flow"
 	"github.com/durable-run/durable/pkg/steps"
@@ -260,5 +263,119 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// tenantPeaks counts the calls running at once per tenant.
+type tenantPeaks struct {
+	mu            sync.Mutex
+	running, most map[string]int
+}
+
+func (p *tenantPeaks) enter(r tenantRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.running[r.Tenant]++
+	p.most[r.Tenant] = max(p.most[r.Tenant], p.running[r.Tenant])
+}
+
+func (p *tenantPeaks) leave(r tenantRun) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.running[r.Tenant]--
+}
+
+// tenantFlow is modelFlow whose call step counts its tenant in p while it
+// runs, for d (a second for tenants named "slow-…").
+func tenantFlow(d time.Duration, f *inFlight, p *tenantPeaks) *steps.Workflow[tenantRun] {
+	return modelFlow(0, f, func(r tenantRun) {
+		p.enter(r)
+		if strings.HasPrefix(r.Tenant, "slow-") {
+			time.Sleep(time.Second)
+		}
+		time.Sleep(d)
+		p.leave(r)
+	})
+}
+
+// TestConcurrencyLimitPerTenant: "model" allows 2 calls at once per
+// tenant and 3 over all; two workers run 30 runs of tenant a, 30 of b
+// and 2 of c: no tenant ever has more than 2 calls at once across the
+// workers, the fleet never more than 3, and every run completes. Then a
+// worker stops while its deliveries hold their tenant's slot and wait
+// for the resource's; it hands them back, and they complete on the next
+// worker.
+func TestConcurrencyLimitPerTenant(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t, kind)
+			st := flowStore(t, h, 3)
+			if _, err := st.SetConcurrencyPerKey(context.Background(), "model", 2, "test"); err != nil {
+				t.Fatal(err)
+			}
+			var f inFlight
+			peaks := &tenantPeaks{running: map[string]int{}, most: map[string]int{}}
+			var stops []func()
+			for range 2 {
+				reg := steps.NewRegistry()
+				if err := reg.Register(tenantFlow(30*time.Millisecond, &f, peaks)); err != nil {
+					t.Fatal(err)
+				}
+				_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = st, 8 })
+				stops = append(stops, stop)
+			}
+			var ids []string
+			for i := range 62 {
+				tenant := []string{"a", "b"}[i%2]
+				if i >= 60 {
+					tenant = "c"
+				}
+				id := fmt.Sprintf("%s-%02d", tenant, i)
+				ids = append(ids, id)
+				h.start("modelflow", id, fmt.Sprintf(`{"tenant":%q,"n":%d}`, tenant, i))
+			}
+			for _, id := range ids {
+				h.waitStatus(id, checkpoint.StatusCompleted, 60*time.Second)
+			}
+			peaks.mu.Lock()
+			most := maps.Clone(peaks.most)
+			peaks.mu.Unlock()
+			if most["a"] > 2 || most["b"] > 2 || most["c"] > 2 || f.peak.Load() > 3 {
+				t.Fatalf("at most %v at once per tenant and %d over all; want at most 2 per tenant and 3 over all", most, f.peak.Load())
+			}
+			if f.peak.Load() < 3 {
+				t.Errorf("at most %d at once over all: the tenants did not run beside each other", f.peak.Load())
+			}
+			t.Logf("62 runs: at most %v at once per tenant, %d over all", most, f.peak.Load())
+
+			// A stop with deliveries holding their tenant's slot while
+			// they wait for the resource's: the limit over all keys drops
+			// to 1 and a slow call holds it.
+			if _, err := st.SetConcurrency(context.Background(), "model", 1, "test"); err != nil {
+				t.Fatal(err)
+			}
+			stops[1]()
+			for i := range 6 {
+				h.start("modelflow", fmt.Sprintf("late-%d", i), fmt.Sprintf(`{"tenant":"slow-%d"}`, i%3))
+			}
+			testenv.Eventually(t, 10*time.Second, "a slow call running", func() bool { return f.now.Load() == 1 })
+			time.Sleep(200 * time.Millisecond)
+			stopped := make(chan struct{})
+			go func() { stops[0](); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the worker did not stop within 20 s with deliveries queued for the resource's slot")
+			}
+			reg := steps.NewRegistry()
+			if err := reg.Register(tenantFlow(0, &f, peaks)); err != nil {
+				t.Fatal(err)
+			}
+			_, stop := h.startWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = st, 8 })
+			defer stop()
+			for i := range 6 {
+				h.waitStatus(fmt.Sprintf("late-%d", i), checkpoint.StatusCompleted, 60*time.Second)
+			}
+		})
 	}
 }
