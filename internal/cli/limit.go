@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,24 +40,28 @@ type limitFlags struct {
 	rate        string
 	burst       int
 	concurrency int
+	perKey      int
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.rate, "rate", "", "tokens per period for the calls that name the resource (steps.Resource): N/s, N/m, N/h or N/<Go duration>, e.g. 10/s or 600/m")
 	fs.IntVar(&f.burst, "burst", 1, "tokens that may be taken at once after a quiet spell (1: a steady pace)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "N: at most N steps that use the resource (steps.Uses) run at once across the fleet")
+	fs.IntVar(&f.perKey, "per-key", 0, "N: at most N of those steps run at once for any one fairness key (Workflow.FairnessKey, e.g. a tenant), beside --concurrency or alone")
 }
 
 // check refuses flags that set nothing or something bad; a usage error
 // names the flag and its value.
 func (f *limitFlags) check() error {
 	switch {
-	case f.rate == "" && f.concurrency == 0:
-		return service.Usagef("limit set: give --rate, --concurrency or both, e.g. --rate 10/s or --concurrency 5")
+	case f.rate == "" && f.concurrency == 0 && f.perKey == 0:
+		return service.Usagef("limit set: give --rate, --concurrency, --per-key or more of them, e.g. --rate 10/s or --concurrency 5 --per-key 2")
 	case f.rate == "" && f.burst != 1:
 		return service.Usagef("limit set: --burst %d without --rate: a burst is of a rate, e.g. --rate 10/s --burst %d", f.burst, f.burst)
 	case f.concurrency < 0 || f.concurrency > flow.MaxConcurrency:
 		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once", f.concurrency, flow.MaxConcurrency)
+	case f.perKey < 0 || f.perKey > flow.MaxConcurrency:
+		return service.Usagef("limit set: --per-key %d: use 1 to %d steps at once per key", f.perKey, flow.MaxConcurrency)
 	case f.rate == "":
 		return nil
 	}
@@ -152,27 +157,43 @@ func setLimit(ctx context.Context, st *flow.Store, name string, lf limitFlags, b
 			return err
 		}
 	}
+	if lf.perKey > 0 {
+		if _, err := st.SetConcurrencyPerKey(ctx, name, lf.perKey, by); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// readLimit reads name's rate and concurrency limits (ErrNotFound when
-// it has neither).
+// readLimit reads name's rate and concurrency limits, with the keys busy
+// under its per-key limit (ErrNotFound when it has none of them).
 func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, error) {
 	now := time.Now()
 	l, err := st.Get(ctx, name)
 	if err != nil && !errors.Is(err, flow.ErrNotFound) {
 		return limitView{}, err
 	}
+	found := err == nil
 	v := viewLimit(l, now)
 	v.Name = name
-	slots, cerr := st.Concurrency(ctx, name)
-	switch {
-	case cerr == nil:
-		v.withSlots(slots)
-	case !errors.Is(cerr, flow.ErrNotFound):
-		return limitView{}, cerr
-	case err != nil:
+	slots, err := st.Concurrency(ctx, name)
+	if err != nil && !errors.Is(err, flow.ErrNotFound) {
 		return limitView{}, err
+	}
+	if err == nil {
+		found = true
+		v.withSlots(slots)
+	}
+	per, err := st.ConcurrencyPerKey(ctx, name)
+	if err != nil && !errors.Is(err, flow.ErrNotFound) {
+		return limitView{}, err
+	}
+	if err == nil {
+		found = true
+		v.withPerKey(per)
+	}
+	if !found {
+		return limitView{}, fmt.Errorf("limit %s: %w", name, flow.ErrNotFound)
 	}
 	return v, nil
 }
@@ -215,16 +236,19 @@ func cmdLimitList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tCONCURRENCY\tSLOTS HELD\tSLOWED DOWN UNTIL\tSET BY\tSET AT")
+	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tCONCURRENCY\tSLOTS HELD\tPER KEY\tSLOWED DOWN UNTIL\tSET BY\tSET AT")
 	for _, v := range views {
-		rate, burst, conc, held := "-", "-", "-", "-"
+		rate, burst, conc, held, per := "-", "-", "-", "-", "-"
 		if v.Rate != "" {
 			rate, burst = v.Rate, fmt.Sprint(v.Burst)
 		}
 		if v.Concurrency > 0 {
 			conc, held = fmt.Sprint(v.Concurrency), fmt.Sprintf("%d by %s", v.SlotsHeld, plural(v.Holders, "worker", "workers"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, rate, burst, conc, held, slowedText(v.SlowedDownUntil, now), orDash(v.SetBy), fireTime(v.SetAt))
+		if v.PerKey > 0 {
+			per = fmt.Sprint(v.PerKey)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, rate, burst, conc, held, per, slowedText(v.SlowedDownUntil, now), orDash(v.SetBy), fireTime(v.SetAt))
 	}
 	return tw.Flush()
 }
@@ -236,6 +260,10 @@ func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
 		return nil, err
 	}
 	conc, err := st.ConcurrencyList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	perKey, err := st.ConcurrencyPerKeyList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -255,6 +283,15 @@ func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
 			names = append(names, s.Name)
 		}
 		v.withSlots(s)
+	}
+	for _, p := range perKey {
+		v, ok := byName[p.Name]
+		if !ok {
+			v = &limitView{Name: p.Name}
+			byName[p.Name] = v
+			names = append(names, p.Name)
+		}
+		v.withPerKey(p)
 	}
 	sort.Strings(names)
 	out := make([]limitView, 0, len(names))
@@ -296,19 +333,19 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 	return nil
 }
 
-// deleteLimit removes name's rate and concurrency limits (ErrNotFound
-// when it has neither).
+// deleteLimit removes name's rate, concurrency and per-key limits
+// (ErrNotFound when it has none of them).
 func deleteLimit(ctx context.Context, st *flow.Store, name string) error {
-	rerr := st.Delete(ctx, name)
-	if rerr != nil && !errors.Is(rerr, flow.ErrNotFound) {
-		return rerr
+	found := false
+	for _, del := range []func(context.Context, string) error{st.Delete, st.DeleteConcurrency, st.DeleteConcurrencyPerKey} {
+		err := del(ctx, name)
+		if err != nil && !errors.Is(err, flow.ErrNotFound) {
+			return err
+		}
+		found = found || err == nil
 	}
-	cerr := st.DeleteConcurrency(ctx, name)
-	if cerr != nil && !errors.Is(cerr, flow.ErrNotFound) {
-		return cerr
-	}
-	if rerr != nil && cerr != nil {
-		return rerr
+	if !found {
+		return fmt.Errorf("limit %s: %w", name, flow.ErrNotFound)
 	}
 	return nil
 }
@@ -330,6 +367,28 @@ type limitView struct {
 	Concurrency int `json:"concurrency,omitempty"`
 	SlotsHeld   int `json:"slots_held,omitempty"`
 	Holders     int `json:"holders,omitempty"`
+	// PerKey is how many of them may run at once for any one fairness
+	// key (0: no per-key limit); Keys, in `limit get` only, the keys that
+	// hold or want slots now.
+	PerKey int       `json:"per_key,omitempty"`
+	Keys   []keyView `json:"keys,omitempty"`
+}
+
+// keyView is one key busy under a per-key limit.
+type keyView struct {
+	Key       string `json:"key"`
+	SlotsHeld int    `json:"slots_held"`
+	Holders   int    `json:"holders"`
+}
+
+func (v *limitView) withPerKey(l flow.KeyLimit) {
+	v.PerKey = l.PerKey
+	for _, k := range l.Keys {
+		v.Keys = append(v.Keys, keyView{Key: k.Key, SlotsHeld: k.Held, Holders: k.Holders})
+	}
+	if v.SetAt.IsZero() || l.SetAt.After(v.SetAt) {
+		v.SetBy, v.SetAt = l.SetBy, l.SetAt
+	}
 }
 
 func (v *limitView) withSlots(s flow.Slots) {
@@ -361,10 +420,31 @@ func describeLimit(v limitView, now time.Time) string {
 	if v.Concurrency > 0 {
 		text += fmt.Sprintf(", %d at once (%d slots held by %s)", v.Concurrency, v.SlotsHeld, plural(v.Holders, "worker", "workers"))
 	}
+	if v.PerKey > 0 {
+		text += fmt.Sprintf(", %d at once per key (%s)", v.PerKey, describeKeys(v.Keys))
+	}
 	if !v.SlowedDownUntil.IsZero() {
 		text += ", slowed down until " + slowedText(v.SlowedDownUntil, now)
 	}
 	return text
+}
+
+// describeKeys is the keys busy under a per-key limit, the first few
+// with what they hold: "2 keys busy: tenant-a 2, tenant-b 1".
+func describeKeys(keys []keyView) string {
+	if len(keys) == 0 {
+		return "no key busy"
+	}
+	const shown = 5
+	parts := make([]string, 0, shown+1)
+	for i, k := range keys {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("and %d more", len(keys)-shown))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %d", strconv.Quote(k.Key), k.SlotsHeld))
+	}
+	return fmt.Sprintf("%s busy: %s", plural(len(keys), "key", "keys"), strings.Join(parts, ", "))
 }
 
 func slowedText(until, now time.Time) string {

@@ -18,6 +18,12 @@ type limitJSON struct {
 	SlowedDownUntil time.Time `json:"slowed_down_until"`
 	SetBy           string    `json:"set_by"`
 	Concurrency     int       `json:"concurrency"`
+	PerKey          int       `json:"per_key"`
+	Keys            []struct {
+		Key       string `json:"key"`
+		SlotsHeld int    `json:"slots_held"`
+		Holders   int    `json:"holders"`
+	} `json:"keys"`
 }
 
 // `durable limit`: bad input exits 2 naming the flag and value, an
@@ -39,6 +45,8 @@ func TestLimitCommands(t *testing.T) {
 		{[]string{"model", "--concurrency", "-3"}, "--concurrency -3"},
 		{[]string{"model", "--concurrency", "3", "--burst", "4"}, "--burst 4 without --rate"},
 		{[]string{"model", "--concurrency", "2000000"}, "--concurrency 2000000"},
+		{[]string{"model", "--per-key", "-1"}, "--per-key -1"},
+		{[]string{"model", "--per-key", "2000000"}, "--per-key 2000000"},
 	} {
 		args := append([]string{"limit", "set"}, bad.args...)
 		if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
@@ -89,6 +97,7 @@ func TestLimitCommands(t *testing.T) {
 		t.Errorf("limit get: %s", r)
 	}
 	limitConcurrency(t, e)
+	limitPerKey(t, e, st)
 	e.mustCLI(0, "limit", "delete", "model")
 	if r := e.cli("limit", "get", "model"); r.code != 3 {
 		t.Errorf("limit get after delete: want exit 3, got %s", r)
@@ -123,5 +132,55 @@ func limitConcurrency(t *testing.T, e *env) {
 	e.mustCLI(0, "limit", "delete", "db")
 	if r := e.cli("limit", "get", "db"); r.code != 3 {
 		t.Errorf("limit get db after delete: want exit 3, got %s", r)
+	}
+}
+
+// limitPerKey: a per-key limit is set alone on tenantapi; get shows the
+// keys a worker's pool holds (a pool leases a slot ahead of a caller
+// that finds none, so it may hold 2 for its 1 in use), list the per-key
+// column, and delete removes it.
+func limitPerKey(t *testing.T, e *env, st *flow.Store) {
+	var got limitJSON
+	r := e.mustCLI(0, "limit", "set", "tenantapi", "--per-key", "2", "--by", "bo", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.PerKey != 2 || got.Concurrency != 0 || got.SetBy != "bo" || len(got.Keys) != 0 {
+		t.Fatalf("limit set --per-key --json: %v\n%s", err, r.stdout)
+	}
+	if r := e.mustCLI(0, "limit", "get", "tenantapi"); !strings.Contains(r.stdout, "no rate set, 2 at once per key (no key busy)") {
+		t.Errorf("limit get tenantapi: %s", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := flow.NewPool(ctx, st, flow.PoolOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	got2 := make(chan *flow.Slot, 1)
+	s, _ := p.Acquire("tenantapi", flow.Queue{Key: "acme corp"}, func(s *flow.Slot) { got2 <- s })
+	if s == nil {
+		s = <-got2
+	}
+	defer s.Release()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = e.mustCLI(0, "limit", "get", "tenantapi", "--json")
+		got = limitJSON{}
+		if err := json.Unmarshal([]byte(r.stdout), &got); err == nil && len(got.Keys) == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(got.Keys) != 1 || got.Keys[0].Key != "acme corp" || got.Keys[0].SlotsHeld < 1 || got.Keys[0].Holders != 1 {
+		t.Fatalf("limit get --json with a key busy: %s", r.stdout)
+	}
+	if r := e.mustCLI(0, "limit", "get", "tenantapi"); !strings.Contains(r.stdout, `2 at once per key (1 key busy: "acme corp" `) {
+		t.Errorf("limit get tenantapi with a key busy: %s", r)
+	}
+	if text := e.mustCLI(0, "limit", "list").stdout; !strings.Contains(text, "PER KEY") || !strings.Contains(text, "tenantapi") {
+		t.Errorf("limit list does not show tenantapi's per-key limit:\n%s", text)
+	}
+	e.mustCLI(0, "limit", "delete", "tenantapi")
+	if r := e.cli("limit", "get", "tenantapi"); r.code != 3 {
+		t.Errorf("limit get tenantapi after delete: want exit 3, got %s", r)
 	}
 }

@@ -447,7 +447,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	// Rate limits: the operator sets one; a worker takes its tokens and
 	// slows it down after a 429 (the worker process opened the bucket).
-	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5", "--concurrency", "2"); r.code != 0 {
+	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5", "--concurrency", "2", "--per-key", "1"); r.code != 0 {
 		t.Fatalf("limit set as cli: %s", r)
 	}
 	checkFlowRights(t, pctx, conns["worker"], wjs)
@@ -517,7 +517,8 @@ func checkFlowRights(t *testing.T, ctx context.Context, u *asUser, js jetstream.
 		t.Errorf("%s lists the limits: %v", u.user, err)
 	}
 	// Concurrency: the worker's pool watches the limits and writes its
-	// lease, taking a slot, then gives it back as it closes.
+	// leases (its key's record, created, and the resource's), taking a
+	// slot, then gives them back as it closes (the key's record purged).
 	pool, err := flow.NewPool(ctx, st, flow.PoolOptions{})
 	if err != nil {
 		t.Fatalf("%s opens a pool: %v", u.user, err)
@@ -536,6 +537,9 @@ func checkFlowRights(t *testing.T, ctx context.Context, u *asUser, js jetstream.
 	pool.Close()
 	if slots, err := st.Concurrency(ctx, "model"); err != nil || slots.Holders != 0 {
 		t.Errorf("%s's pool left %+v, %v", u.user, slots, err)
+	}
+	if per, err := st.ConcurrencyPerKey(ctx, "model"); err != nil || per.PerKey != 1 || len(per.Keys) != 0 {
+		t.Errorf("%s's pool left keys of the per-key limit: %+v, %v", u.user, per, err)
 	}
 	if err := u.nc.FlushTimeout(5 * time.Second); err != nil {
 		t.Fatal(err)
