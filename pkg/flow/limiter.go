@@ -26,8 +26,10 @@ type Limiter struct {
 	// loading: one refresh at a time.
 	loading sync.Mutex
 
-	mu     sync.Mutex
-	names  map[string]bool
+	mu    sync.Mutex
+	names map[string]bool
+	// perKey: the rates per key (SetRatePerKey), by name.
+	perKey map[string]Rate
 	loaded time.Time // zero: never
 	// learned: the names this Limiter slowed down during a refresh, which
 	// its scan may have missed.
@@ -49,10 +51,15 @@ func (l *Limiter) Take(ctx context.Context, name string, now time.Time) (wait ti
 	if err := nameErr(name); err != nil {
 		return 0, err
 	}
-	held, err := l.holds(ctx, name)
+	held, _, err := l.holds(ctx, name)
 	if err != nil || !held {
 		return 0, err
 	}
+	return l.take(ctx, name, now)
+}
+
+// take is Take of a name held at the last refresh.
+func (l *Limiter) take(ctx context.Context, name string, now time.Time) (time.Duration, error) {
 	wait, stored, err := l.store.take(ctx, name, now)
 	if err == nil && !stored {
 		l.mu.Lock()
@@ -60,6 +67,34 @@ func (l *Limiter) Take(ctx context.Context, name string, now time.Time) (wait ti
 		l.mu.Unlock()
 	}
 	return wait, err
+}
+
+// TakeKey is Store.TakeKey with the rates per key read at the last
+// refresh: for a name with no rate per key it is Take (key unused).
+func (l *Limiter) TakeKey(ctx context.Context, name, key string, now time.Time) (time.Duration, error) {
+	if err := nameErr(name); err != nil {
+		return 0, err
+	}
+	held, perKey, err := l.holds(ctx, name)
+	switch {
+	case err != nil:
+		return 0, err
+	case perKey.N > 0:
+		return l.store.takeKey(ctx, name, key, perKey, now)
+	case !held:
+		return 0, nil
+	}
+	return l.take(ctx, name, now)
+}
+
+// PerKey reports whether name had a rate per key at the last refresh, so
+// that a caller works out its key for TakeKey only then.
+func (l *Limiter) PerKey(ctx context.Context, name string) (bool, error) {
+	if err := nameErr(name); err != nil {
+		return false, err
+	}
+	_, perKey, err := l.holds(ctx, name)
+	return perKey.N > 0, err
 }
 
 // SlowDown is Store.SlowDown; this Limiter's next Take of name sees it at
@@ -92,33 +127,37 @@ func (l *Limiter) SlowDownOn(ctx context.Context, name string, callErr error, no
 	return d, nil
 }
 
-// holds reports whether name was held at the last refresh, refreshing
-// first when that is older than l.refresh. While one caller refreshes,
-// the others go on with the names read before (or, before the first
-// refresh, wait for it).
-func (l *Limiter) holds(ctx context.Context, name string) (bool, error) {
+// holds reports whether name was held at the last refresh, and its rate
+// per key then (zero: none), refreshing first when that is older than
+// l.refresh. While one caller refreshes, the others go on with the names
+// read before (or, before the first refresh, wait for it).
+func (l *Limiter) holds(ctx context.Context, name string) (bool, Rate, error) {
 	l.mu.Lock()
-	held, loaded := l.names[name], l.loaded
+	held, perKey, loaded := l.names[name], l.perKey[name], l.loaded
 	l.mu.Unlock()
 	if !loaded.IsZero() && time.Since(loaded) < l.refresh {
-		return held, nil
+		return held, perKey, nil
 	}
 	if !l.loading.TryLock() {
 		if !loaded.IsZero() {
-			return held, nil
+			return held, perKey, nil
 		}
 		l.loading.Lock()
 	}
 	defer l.loading.Unlock()
 	l.mu.Lock()
 	if !l.loaded.Equal(loaded) { // another caller refreshed meanwhile
-		held = l.names[name]
+		held, perKey = l.names[name], l.perKey[name]
 		l.mu.Unlock()
-		return held, nil
+		return held, perKey, nil
 	}
 	l.learned = map[string]bool{}
 	l.mu.Unlock()
 	names, err := l.store.names(ctx, key(""))
+	var rates map[string]Rate
+	if err == nil {
+		rates, err = l.store.ratesPerKey(ctx)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for n := range l.learned {
@@ -126,8 +165,8 @@ func (l *Limiter) holds(ctx context.Context, name string) (bool, error) {
 	}
 	l.learned = nil
 	if err != nil {
-		return false, fmt.Errorf("take %s: read the limits' names: %w", name, err)
+		return false, Rate{}, fmt.Errorf("take %s: read the limits' names: %w", name, err)
 	}
-	l.names, l.loaded = names, time.Now()
-	return names[name], nil
+	l.names, l.perKey, l.loaded = names, rates, time.Now()
+	return names[name], rates[name], nil
 }
