@@ -41,32 +41,45 @@ type limitFlags struct {
 	burst       int
 	concurrency int
 	perKey      int
+	keyRate     string
+	keyBurst    int
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.rate, "rate", "", "tokens per period for the calls that name the resource (steps.Resource): N/s, N/m, N/h or N/<Go duration>, e.g. 10/s or 600/m")
 	fs.IntVar(&f.burst, "burst", 1, "tokens that may be taken at once after a quiet spell (1: a steady pace)")
 	fs.IntVar(&f.concurrency, "concurrency", 0, "N: at most N steps that use the resource (steps.Uses) run at once across the fleet")
-	fs.IntVar(&f.perKey, "per-key", 0, "N: at most N of those steps run at once for any one fairness key (Workflow.FairnessKey, e.g. a tenant), beside --concurrency or alone")
+	fs.IntVar(&f.perKey, "concurrency-per-key", 0, "N: at most N of those steps run at once for any one fairness key (Workflow.FairnessKey, e.g. a tenant), beside --concurrency or alone")
+	fs.StringVar(&f.keyRate, "rate-per-key", "", "tokens per period for each fairness key's calls, beside --rate or alone, in --rate's form")
+	fs.IntVar(&f.keyBurst, "burst-per-key", 1, "tokens a key may take at once after a quiet spell")
 }
 
 // check refuses flags that set nothing or something bad; a usage error
 // names the flag and its value.
 func (f *limitFlags) check() error {
 	switch {
-	case f.rate == "" && f.concurrency == 0 && f.perKey == 0:
-		return service.Usagef("limit set: give --rate, --concurrency, --per-key or more of them, e.g. --rate 10/s or --concurrency 5 --per-key 2")
+	case f.rate == "" && f.concurrency == 0 && f.perKey == 0 && f.keyRate == "":
+		return service.Usagef("limit set: give --rate, --concurrency, --concurrency-per-key, --rate-per-key or more of them, e.g. --rate 10/s or --concurrency 5 --concurrency-per-key 2")
 	case f.rate == "" && f.burst != 1:
 		return service.Usagef("limit set: --burst %d without --rate: a burst is of a rate, e.g. --rate 10/s --burst %d", f.burst, f.burst)
+	case f.keyRate == "" && f.keyBurst != 1:
+		return service.Usagef("limit set: --burst-per-key %d without --rate-per-key, e.g. --rate-per-key 2/s --burst-per-key %d", f.keyBurst, f.keyBurst)
 	case f.concurrency < 0 || f.concurrency > flow.MaxConcurrency:
 		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once", f.concurrency, flow.MaxConcurrency)
 	case f.perKey < 0 || f.perKey > flow.MaxConcurrency:
-		return service.Usagef("limit set: --per-key %d: use 1 to %d steps at once per key", f.perKey, flow.MaxConcurrency)
-	case f.rate == "":
-		return nil
+		return service.Usagef("limit set: --concurrency-per-key %d: use 1 to %d steps at once per key", f.perKey, flow.MaxConcurrency)
 	}
-	_, err := f.toRate()
-	return err
+	if f.rate != "" {
+		if _, err := f.toRate(); err != nil {
+			return err
+		}
+	}
+	if f.keyRate != "" {
+		if _, err := f.toKeyRate(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // toRate returns the rate the flags set; a usage error names the flag
@@ -79,6 +92,20 @@ func (f *limitFlags) toRate() (flow.Rate, error) {
 	r.Burst = f.burst
 	if err := r.Validate(); err != nil {
 		return flow.Rate{}, service.Usagef("limit set: --burst %d: %v", f.burst, err)
+	}
+	return r, nil
+}
+
+// toKeyRate returns the rate per key the flags set; a usage error names
+// the flag and its value.
+func (f *limitFlags) toKeyRate() (flow.Rate, error) {
+	r, err := flow.ParseRate(f.keyRate)
+	if err != nil {
+		return flow.Rate{}, service.Usagef("limit set: --rate-per-key: %v", err)
+	}
+	r.Burst = f.keyBurst
+	if err := r.Validate(); err != nil {
+		return flow.Rate{}, service.Usagef("limit set: --burst-per-key %d: %v", f.keyBurst, err)
 	}
 	return r, nil
 }
@@ -162,6 +189,15 @@ func setLimit(ctx context.Context, st *flow.Store, name string, lf limitFlags, b
 			return err
 		}
 	}
+	if lf.keyRate != "" {
+		rate, err := lf.toKeyRate()
+		if err != nil {
+			return err
+		}
+		if _, err := st.SetRatePerKey(ctx, name, rate, by); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -191,6 +227,14 @@ func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, err
 	if err == nil {
 		found = true
 		v.withPerKey(per)
+	}
+	keyRate, err := st.RatePerKey(ctx, name)
+	if err != nil && !errors.Is(err, flow.ErrNotFound) {
+		return limitView{}, err
+	}
+	if err == nil {
+		found = true
+		v.withKeyRate(keyRate)
 	}
 	if !found {
 		return limitView{}, fmt.Errorf("limit %s: %w", name, flow.ErrNotFound)
@@ -238,16 +282,14 @@ func cmdLimitList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tRATE\tBURST\tCONCURRENCY\tSLOTS HELD\tPER KEY\tSLOWED DOWN UNTIL\tSET BY\tSET AT")
 	for _, v := range views {
-		rate, burst, conc, held, per := "-", "-", "-", "-", "-"
+		rate, burst, conc, held := "-", "-", "-", "-"
 		if v.Rate != "" {
 			rate, burst = v.Rate, fmt.Sprint(v.Burst)
 		}
 		if v.Concurrency > 0 {
 			conc, held = fmt.Sprint(v.Concurrency), fmt.Sprintf("%d by %s", v.SlotsHeld, plural(v.Holders, "worker", "workers"))
 		}
-		if v.PerKey > 0 {
-			per = fmt.Sprint(v.PerKey)
-		}
+		per := perKeyText(v)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, rate, burst, conc, held, per, slowedText(v.SlowedDownUntil, now), orDash(v.SetBy), fireTime(v.SetAt))
 	}
 	return tw.Flush()
@@ -264,6 +306,10 @@ func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
 		return nil, err
 	}
 	perKey, err := st.ConcurrencyPerKeyList(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keyRates, err := st.RatePerKeyList(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +338,15 @@ func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
 			names = append(names, p.Name)
 		}
 		v.withPerKey(p)
+	}
+	for _, r := range keyRates {
+		v, ok := byName[r.Name]
+		if !ok {
+			v = &limitView{Name: r.Name}
+			byName[r.Name] = v
+			names = append(names, r.Name)
+		}
+		v.withKeyRate(r)
 	}
 	sort.Strings(names)
 	out := make([]limitView, 0, len(names))
@@ -337,7 +392,7 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 // (ErrNotFound when it has none of them).
 func deleteLimit(ctx context.Context, st *flow.Store, name string) error {
 	found := false
-	for _, del := range []func(context.Context, string) error{st.Delete, st.DeleteConcurrency, st.DeleteConcurrencyPerKey} {
+	for _, del := range []func(context.Context, string) error{st.Delete, st.DeleteConcurrency, st.DeleteConcurrencyPerKey, st.DeleteRatePerKey} {
 		err := del(ctx, name)
 		if err != nil && !errors.Is(err, flow.ErrNotFound) {
 			return err
@@ -370,8 +425,19 @@ type limitView struct {
 	// PerKey is how many of them may run at once for any one fairness
 	// key (0: no per-key limit); Keys, in `limit get` only, the keys that
 	// hold or want slots now.
-	PerKey int       `json:"per_key,omitempty"`
+	PerKey int       `json:"concurrency_per_key,omitempty"`
 	Keys   []keyView `json:"keys,omitempty"`
+	// RatePerKey and BurstPerKey: each key's own rate, in --rate's form.
+	RatePerKey  string `json:"rate_per_key,omitempty"`
+	BurstPerKey int    `json:"burst_per_key,omitempty"`
+}
+
+func (v *limitView) withKeyRate(l flow.Limit) {
+	v.RatePerKey, _, _ = strings.Cut(l.Rate.String(), " ")
+	v.BurstPerKey = l.Rate.Burst
+	if v.SetAt.IsZero() || l.SetAt.After(v.SetAt) {
+		v.SetBy, v.SetAt = l.SetBy, l.SetAt
+	}
 }
 
 // keyView is one key busy under a per-key limit.
@@ -423,10 +489,29 @@ func describeLimit(v limitView, now time.Time) string {
 	if v.PerKey > 0 {
 		text += fmt.Sprintf(", %d at once per key (%s)", v.PerKey, describeKeys(v.Keys))
 	}
+	if v.RatePerKey != "" {
+		text += fmt.Sprintf(", %s burst %d per key", v.RatePerKey, v.BurstPerKey)
+	}
 	if !v.SlowedDownUntil.IsZero() {
 		text += ", slowed down until " + slowedText(v.SlowedDownUntil, now)
 	}
 	return text
+}
+
+// perKeyText is what a limit allows each key, in `limit list`: "2 at
+// once, 2/s burst 1", or "-".
+func perKeyText(v limitView) string {
+	var parts []string
+	if v.PerKey > 0 {
+		parts = append(parts, fmt.Sprintf("%d at once", v.PerKey))
+	}
+	if v.RatePerKey != "" {
+		parts = append(parts, fmt.Sprintf("%s burst %d", v.RatePerKey, v.BurstPerKey))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeKeys is the keys busy under a per-key limit, the first few

@@ -18,7 +18,9 @@ type limitJSON struct {
 	SlowedDownUntil time.Time `json:"slowed_down_until"`
 	SetBy           string    `json:"set_by"`
 	Concurrency     int       `json:"concurrency"`
-	PerKey          int       `json:"per_key"`
+	PerKey          int       `json:"concurrency_per_key"`
+	RatePerKey      string    `json:"rate_per_key"`
+	BurstPerKey     int       `json:"burst_per_key"`
 	Keys            []struct {
 		Key       string `json:"key"`
 		SlotsHeld int    `json:"slots_held"`
@@ -45,8 +47,10 @@ func TestLimitCommands(t *testing.T) {
 		{[]string{"model", "--concurrency", "-3"}, "--concurrency -3"},
 		{[]string{"model", "--concurrency", "3", "--burst", "4"}, "--burst 4 without --rate"},
 		{[]string{"model", "--concurrency", "2000000"}, "--concurrency 2000000"},
-		{[]string{"model", "--per-key", "-1"}, "--per-key -1"},
-		{[]string{"model", "--per-key", "2000000"}, "--per-key 2000000"},
+		{[]string{"model", "--concurrency-per-key", "-1"}, "--concurrency-per-key -1"},
+		{[]string{"model", "--concurrency-per-key", "2000000"}, "--concurrency-per-key 2000000"},
+		{[]string{"model", "--rate-per-key", "10/d"}, "--rate-per-key"},
+		{[]string{"model", "--rate", "1/s", "--burst-per-key", "4"}, "--burst-per-key 4 without --rate-per-key"},
 	} {
 		args := append([]string{"limit", "set"}, bad.args...)
 		if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
@@ -141,9 +145,9 @@ func limitConcurrency(t *testing.T, e *env) {
 // column, and delete removes it.
 func limitPerKey(t *testing.T, e *env, st *flow.Store) {
 	var got limitJSON
-	r := e.mustCLI(0, "limit", "set", "tenantapi", "--per-key", "2", "--by", "bo", "--json")
+	r := e.mustCLI(0, "limit", "set", "tenantapi", "--concurrency-per-key", "2", "--by", "bo", "--json")
 	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.PerKey != 2 || got.Concurrency != 0 || got.SetBy != "bo" || len(got.Keys) != 0 {
-		t.Fatalf("limit set --per-key --json: %v\n%s", err, r.stdout)
+		t.Fatalf("limit set --concurrency-per-key --json: %v\n%s", err, r.stdout)
 	}
 	if r := e.mustCLI(0, "limit", "get", "tenantapi"); !strings.Contains(r.stdout, "no rate set, 2 at once per key (no key busy)") {
 		t.Errorf("limit get tenantapi: %s", r)
@@ -176,8 +180,15 @@ func limitPerKey(t *testing.T, e *env, st *flow.Store) {
 	if r := e.mustCLI(0, "limit", "get", "tenantapi"); !strings.Contains(r.stdout, `2 at once per key (1 key busy: "acme corp" `) {
 		t.Errorf("limit get tenantapi with a key busy: %s", r)
 	}
-	if text := e.mustCLI(0, "limit", "list").stdout; !strings.Contains(text, "PER KEY") || !strings.Contains(text, "tenantapi") {
-		t.Errorf("limit list does not show tenantapi's per-key limit:\n%s", text)
+	r = e.mustCLI(0, "limit", "set", "tenantapi", "--rate-per-key", "2/s", "--burst-per-key", "3", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.RatePerKey != "2/s" || got.BurstPerKey != 3 || got.PerKey != 2 || got.Rate != "" {
+		t.Fatalf("limit set --rate-per-key --json: %v\n%s", err, r.stdout)
+	}
+	if r := e.mustCLI(0, "limit", "get", "tenantapi"); !strings.Contains(r.stdout, "2/s burst 3 per key") {
+		t.Errorf("limit get tenantapi with a rate per key: %s", r)
+	}
+	if text := e.mustCLI(0, "limit", "list").stdout; !strings.Contains(text, "PER KEY") || !strings.Contains(text, "2 at once, 2/s burst 3") {
+		t.Errorf("limit list does not show tenantapi's per-key limits:\n%s", text)
 	}
 	e.mustCLI(0, "limit", "delete", "tenantapi")
 	if r := e.cli("limit", "get", "tenantapi"); r.code != 3 {

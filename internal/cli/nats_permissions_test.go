@@ -447,7 +447,7 @@ func TestNATSPermissions(t *testing.T) {
 	}
 	// Rate limits: the operator sets one; a worker takes its tokens and
 	// slows it down after a 429 (the worker process opened the bucket).
-	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5", "--concurrency", "2", "--per-key", "1"); r.code != 0 {
+	if r := durable("limit", "set", "model", "--rate", "10/s", "--burst", "5", "--concurrency", "2", "--concurrency-per-key", "1"); r.code != 0 {
 		t.Fatalf("limit set as cli: %s", r)
 	}
 	checkFlowRights(t, pctx, conns["worker"], wjs)
