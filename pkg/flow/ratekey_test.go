@@ -58,8 +58,8 @@ func TestRatePerKeyWithinTheResourceRate(t *testing.T) {
 	setPerKeyRate(t, st, "model", flow.Rate{N: 2, Per: time.Second, Burst: 2})
 	takeKeys(t, st, []keyTake{
 		{"a", 0, 0}, {"a", 0, 0},
-		{"a", 0, ms(500)}, // a's own rate refuses
-		{"b", 0, 0},       // the resource's third token, not spent by a's refusal
+		{"a", 0, ms(500)},         // a's own rate refuses
+		{"b", 0, 0},               // the resource's third token, not spent by a's refusal
 		{"c", 0, time.Second / 3}, // the resource's rate refuses c
 	})
 }
