@@ -44,3 +44,13 @@ func QueueOrder(keys []string, remove []int) []string {
 	}
 	return out
 }
+
+// EndWatch ends the pool's watch of the limits, as a closed subscription
+// does; before is run before the pool watches again.
+func (p *Pool) EndWatch(before func()) {
+	p.mu.Lock()
+	p.beforeRewatch = before
+	w := p.watch
+	p.mu.Unlock()
+	_ = w.Stop()
+}

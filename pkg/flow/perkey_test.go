@@ -330,3 +330,46 @@ func TestPerKeyLimitRefusesBadInput(t *testing.T) {
 		t.Errorf("set at %v; want now", all[0].SetAt)
 	}
 }
+
+// TestPoolFollowsTheLimitsAfterItsWatchEnds: the pool's watch ends (its
+// subscription closed); meanwhile one limit is deleted, another set and a
+// per-key limit set. The pool watches again and follows all three: the
+// caller queued under the deleted limit starts. (Before, a watch that
+// ended left the pool following nothing for good.)
+func TestPoolFollowsTheLimitsAfterItsWatchEnds(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	p, st := pool(t, srv, 0)
+	if _, err := st.SetConcurrency(ctxT(t), "model", 1, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees the limit", func() bool { return p.Limited("model") })
+	held := acquire(t, p, "model", "a")
+	defer held.Release()
+	started := make(chan *flow.Slot, 1)
+	if s, _ := p.Acquire("model", flow.Queue{Key: "b"}, func(s *flow.Slot) { started <- s }); s != nil {
+		t.Fatal("not queued")
+	}
+	p.EndWatch(func() {
+		if err := st.DeleteConcurrency(ctxT(t), "model"); err != nil {
+			t.Error(err)
+		}
+		if _, err := st.SetConcurrency(ctxT(t), "db", 1, "test"); err != nil {
+			t.Error(err)
+		}
+		setPerKey(t, st, "tenantapi", 1)
+	})
+	select {
+	case s := <-started:
+		s.Release()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller queued under a limit deleted while the watch was down did not start")
+	}
+	eventually(t, "the pool follows the limits again", func() bool {
+		return !p.Limited("model") && p.Limited("db") && p.Limited("tenantapi")
+	})
+	// And it follows changes made after it watches again.
+	if err := st.DeleteConcurrency(ctxT(t), "db"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees db deleted", func() bool { return !p.Limited("db") })
+}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -54,11 +53,19 @@ type Pool struct {
 	// perKey is each resource's limit per key ("p.<name>"), by name.
 	perKey map[string]int
 
+	// watch is the watch of the records, and resync the KV keys its
+	// first values held while it catches up after it was started again
+	// (nil otherwise: see rewatch).
+	watch  jetstream.KeyWatcher
+	resync map[string]bool
+	// beforeRewatch, when set (tests), runs before the watch is started
+	// again.
+	beforeRewatch func()
+
 	nudge chan struct{}
 	ready chan struct{}
 	stop  context.CancelFunc
 	done  chan struct{}
-	err   error
 }
 
 // PoolOptions configures a Pool. Zero values take the defaults documented.
@@ -207,7 +214,7 @@ func NewPool(ctx context.Context, st *Store, opts PoolOptions) (*Pool, error) {
 		opts.OnError = func(string, error) {}
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w, err := st.kv.WatchFiltered(wctx, []string{slotKey(">"), perKeyKey(">"), "k.>"})
+	w, err := st.kv.WatchFiltered(wctx, poolFilters())
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("flow pool: watch concurrency limits: %w", err)
@@ -223,8 +230,6 @@ func NewPool(ctx context.Context, st *Store, opts PoolOptions) (*Pool, error) {
 	case <-ctx.Done():
 		p.Close()
 		return nil, fmt.Errorf("flow pool: read concurrency limits: %w", ctx.Err())
-	case <-p.done:
-		return nil, fmt.Errorf("flow pool: read concurrency limits: %w", p.err)
 	}
 }
 
@@ -522,14 +527,13 @@ func (p *Pool) unlimit(r *resource, now time.Time, b *batch) {
 	b.poke = true
 }
 
-var errPoolWatch = errors.New("the watch of the concurrency limits ended")
-
 // run keeps the pool's leases: it follows the records' changes, and
 // writes the lease when the pool needs slots, has some to give back, or
 // must renew.
 func (p *Pool) run(ctx context.Context, w jetstream.KeyWatcher) {
 	defer close(p.done)
-	defer func() { _ = w.Stop() }()
+	p.setWatch(w)
+	defer func() { _ = p.currentWatch().Stop() }()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -539,8 +543,11 @@ func (p *Pool) run(ctx context.Context, w jetstream.KeyWatcher) {
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
-				p.err = errPoolWatch
-				return
+				if w = p.rewatch(ctx); w == nil {
+					p.giveBackAll()
+					return
+				}
+				continue
 			}
 			p.observe(e)
 		case <-p.nudge:
@@ -555,12 +562,16 @@ func (p *Pool) run(ctx context.Context, w jetstream.KeyWatcher) {
 // records stored have all been read).
 func (p *Pool) observe(e jetstream.KeyValueEntry) {
 	if e == nil {
+		p.endResync()
 		select {
 		case <-p.ready:
 		default:
 			close(p.ready)
 		}
 		return
+	}
+	if p.resync != nil && e.Operation() == jetstream.KeyValuePut {
+		p.resync[e.Key()] = true
 	}
 	var b batch
 	p.mu.Lock()
@@ -608,6 +619,12 @@ func (p *Pool) observePerKey(name string, e jetstream.KeyValueEntry, b *batch) {
 		}
 		per = rec.PerKey
 	}
+	p.setPerKey(name, per, b)
+}
+
+// setPerKey sets name's per-key limit to per (0: none) for every key of
+// name (p.mu held).
+func (p *Pool) setPerKey(name string, per int, b *batch) {
 	if per == p.perKey[name] {
 		return
 	}
