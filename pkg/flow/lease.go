@@ -265,9 +265,10 @@ func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) deci
 	if holding && renewAt.Before(d.next) {
 		d.next = renewAt
 	}
-	if d.want > 0 {
+	if d.want > 0 || wanting > 0 {
 		// Slots free up when others give them back (the watch says so)
-		// or when a dead holder's lease runs out.
+		// or when a dead holder's lease runs out; the pool stops yielding
+		// when a dead wanter's does.
 		if end := r.rec.firstEnd(id, now); !end.IsZero() && end.Before(d.next) {
 			d.next = end
 		}
@@ -299,11 +300,12 @@ func (r *slotRecord) lastEnd() time.Time {
 	return last
 }
 
-// firstEnd is the earliest end of another holder's lease after now.
+// firstEnd is the earliest end after now of another's lease that holds
+// or wants slots.
 func (r *slotRecord) firstEnd(id string, now time.Time) time.Time {
 	var first time.Time
 	for h, l := range r.Holders {
-		if h != id && l.N > 0 && l.Until.After(now) && (first.IsZero() || l.Until.Before(first)) {
+		if h != id && (l.N > 0 || l.Want > 0) && l.Until.After(now) && (first.IsZero() || l.Until.Before(first)) {
 			first = l.Until
 		}
 	}

@@ -464,3 +464,59 @@ func TestConcurrencyLimitsAreBounded(t *testing.T) {
 		t.Errorf("changing one kept: %v", err)
 	}
 }
+
+// TestPoolWakesWhenADeadWantersLeaseEnds: a process that wanted slots
+// dies; a live pool that gave a slot back to it has a caller queued and
+// no call ending. It starts the caller when the dead one's lease ends,
+// not at its own next renewal (a third of its lease: 10 s here). Before,
+// only the leases of holders woke it, not those of wanters.
+func TestPoolWakesWhenADeadWantersLeaseEnds(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	live, st := pool(t, srv, 30*time.Second)
+	if _, err := st.SetConcurrency(ctxT(t), "model", 2, "test"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the pool sees the limit", func() bool { return live.Limited("model") })
+	a := acquire(t, live, "model", "a")
+	b := acquire(t, live, "model", "a")
+	defer a.Release()
+
+	nc, js := srv.Connect(t)
+	dst, err := flow.NewStore(ctxT(t), js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLease := 2 * time.Second
+	dead, err := flow.NewPool(ctxT(t), dst, flow.PoolOptions{Lease: deadLease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the dead-to-be pool sees the limit", func() bool { return dead.Limited("model") })
+	if s, _ := dead.Acquire("model", flow.Queue{}, func(s *flow.Slot) {}); s != nil {
+		t.Fatal("a third slot of 2")
+	}
+	eventually(t, "the want written", func() bool {
+		s, err := st.Concurrency(ctxT(t), "model")
+		return err == nil && s.Wanted > 0
+	})
+	nc.Close() // killed, wanting
+	died := time.Now()
+	dead.Close()
+
+	// b's slot goes back to the dead wanter; the caller queued here waits
+	// for the dead one's lease to end.
+	got := make(chan time.Time, 1)
+	if s, _ := live.Acquire("model", flow.Queue{}, func(s *flow.Slot) { got <- time.Now(); s.Release() }); s != nil {
+		t.Fatal("not queued")
+	}
+	b.Release()
+	select {
+	case at := <-got:
+		if waited := at.Sub(died); waited > deadLease+time.Second {
+			t.Fatalf("the queued caller started %s after the wanter died; its lease was %s", waited, deadLease)
+		}
+		t.Logf("started %s after the wanter died (its lease %s)", at.Sub(died).Round(time.Millisecond), deadLease)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the queued caller did not start within 15 s")
+	}
+}
