@@ -204,42 +204,39 @@ func setLimit(ctx context.Context, st *flow.Store, name string, lf limitFlags, b
 // readLimit reads name's rate and concurrency limits, with the keys busy
 // under its per-key limit (ErrNotFound when it has none of them).
 func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, error) {
-	now := time.Now()
-	l, err := st.Get(ctx, name)
-	if err != nil && !errors.Is(err, flow.ErrNotFound) {
+	v := limitView{Name: name}
+	found := false
+	err := errors.Join(
+		readPart(&found, func() (flow.Limit, error) { return st.Get(ctx, name) }, func(l flow.Limit) {
+			v = viewLimit(l, time.Now())
+			v.Name = name
+		}),
+		readPart(&found, func() (flow.Slots, error) { return st.Concurrency(ctx, name) }, v.withSlots),
+		readPart(&found, func() (flow.KeyLimit, error) { return st.ConcurrencyPerKey(ctx, name) }, v.withPerKey),
+		readPart(&found, func() (flow.Limit, error) { return st.RatePerKey(ctx, name) }, v.withKeyRate),
+	)
+	switch {
+	case err != nil:
 		return limitView{}, err
-	}
-	found := err == nil
-	v := viewLimit(l, now)
-	v.Name = name
-	slots, err := st.Concurrency(ctx, name)
-	if err != nil && !errors.Is(err, flow.ErrNotFound) {
-		return limitView{}, err
-	}
-	if err == nil {
-		found = true
-		v.withSlots(slots)
-	}
-	per, err := st.ConcurrencyPerKey(ctx, name)
-	if err != nil && !errors.Is(err, flow.ErrNotFound) {
-		return limitView{}, err
-	}
-	if err == nil {
-		found = true
-		v.withPerKey(per)
-	}
-	keyRate, err := st.RatePerKey(ctx, name)
-	if err != nil && !errors.Is(err, flow.ErrNotFound) {
-		return limitView{}, err
-	}
-	if err == nil {
-		found = true
-		v.withKeyRate(keyRate)
-	}
-	if !found {
+	case !found:
 		return limitView{}, fmt.Errorf("limit %s: %w", name, flow.ErrNotFound)
 	}
 	return v, nil
+}
+
+// readPart reads one kind of a limit and hands it to apply, setting
+// found; a kind the name does not have is no error.
+func readPart[T any](found *bool, get func() (T, error), apply func(T)) error {
+	x, err := get()
+	switch {
+	case errors.Is(err, flow.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	*found = true
+	apply(x)
+	return nil
 }
 
 func printLimit(ctx context.Context, st *flow.Store, name string, asJSON bool, stdout io.Writer) error {
@@ -315,44 +312,31 @@ func listLimits(ctx context.Context, st *flow.Store) ([]limitView, error) {
 	}
 	now := time.Now()
 	byName := map[string]*limitView{}
-	var names []string
+	at := func(name string) *limitView {
+		v, ok := byName[name]
+		if !ok {
+			v = &limitView{Name: name}
+			byName[name] = v
+		}
+		return v
+	}
 	for _, l := range rates {
-		v := viewLimit(l, now)
-		byName[l.Name] = &v
-		names = append(names, l.Name)
+		*at(l.Name) = viewLimit(l, now)
 	}
 	for _, s := range conc {
-		v, ok := byName[s.Name]
-		if !ok {
-			v = &limitView{Name: s.Name}
-			byName[s.Name] = v
-			names = append(names, s.Name)
-		}
-		v.withSlots(s)
+		at(s.Name).withSlots(s)
 	}
 	for _, p := range perKey {
-		v, ok := byName[p.Name]
-		if !ok {
-			v = &limitView{Name: p.Name}
-			byName[p.Name] = v
-			names = append(names, p.Name)
-		}
-		v.withPerKey(p)
+		at(p.Name).withPerKey(p)
 	}
 	for _, r := range keyRates {
-		v, ok := byName[r.Name]
-		if !ok {
-			v = &limitView{Name: r.Name}
-			byName[r.Name] = v
-			names = append(names, r.Name)
-		}
-		v.withKeyRate(r)
+		at(r.Name).withKeyRate(r)
 	}
-	sort.Strings(names)
-	out := make([]limitView, 0, len(names))
-	for _, n := range names {
-		out = append(out, *byName[n])
+	out := make([]limitView, 0, len(byName))
+	for _, v := range byName {
+		out = append(out, *v)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 

@@ -178,21 +178,10 @@ func (s *Store) ConcurrencyPerKey(ctx context.Context, name string) (KeyLimit, e
 // ConcurrencyPerKeyList returns every per-key limit, by name, without
 // their keys (ConcurrencyPerKey reads those of one).
 func (s *Store) ConcurrencyPerKeyList(ctx context.Context) ([]KeyLimit, error) {
-	var out []KeyLimit
-	err := s.scanKeys(ctx, perKeyKey(">"), false, func(e jetstream.KeyValueEntry) error {
-		name := e.Key()[len(perKeyKey("")):]
+	return listOf(ctx, s, perKeyKey(""), "per-key limits", func(name string, e jetstream.KeyValueEntry) (KeyLimit, error) {
 		r, err := decodePerKey(name, e)
-		if err != nil {
-			return err
-		}
-		out = append(out, KeyLimit{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list per-key limits: %w", err)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+		return KeyLimit{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt}, err
+	}, func(l KeyLimit) string { return l.Name })
 }
 
 // DeleteConcurrencyPerKey removes name's per-key limit (ErrNotFound when
@@ -200,13 +189,7 @@ func (s *Store) ConcurrencyPerKeyList(ctx context.Context) ([]KeyLimit, error) {
 // all keys if it has one. The keys' leases are given back by their
 // pools and purged.
 func (s *Store) DeleteConcurrencyPerKey(ctx context.Context, name string) error {
-	if err := nameErr(name); err != nil {
-		return err
-	}
-	if _, err := s.getPerKey(ctx, name); err != nil {
-		return err
-	}
-	return s.purge(ctx, perKeyKey(name), "per-key limit "+name)
+	return s.deleteKey(ctx, name, perKeyKey(name), "per-key limit "+name)
 }
 
 func (s *Store) getPerKey(ctx context.Context, name string) (perKeyRecord, error) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,33 +91,16 @@ func (s *Store) RatePerKey(ctx context.Context, name string) (Limit, error) {
 
 // RatePerKeyList returns every rate per key, by name.
 func (s *Store) RatePerKeyList(ctx context.Context) ([]Limit, error) {
-	var out []Limit
-	err := s.scanKeys(ctx, ratePerKeyKey(">"), false, func(e jetstream.KeyValueEntry) error {
-		name := e.Key()[len(ratePerKeyKey("")):]
+	return listOf(ctx, s, ratePerKeyKey(""), "rates per key", func(name string, e jetstream.KeyValueEntry) (Limit, error) {
 		r, err := decode(name, e)
-		if err != nil {
-			return err
-		}
-		out = append(out, r.limit())
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list rates per key: %w", err)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+		return r.limit(), err
+	}, func(l Limit) string { return l.Name })
 }
 
 // DeleteRatePerKey removes name's rate per key (ErrNotFound when none).
 // The keys' records go with their TTLs.
 func (s *Store) DeleteRatePerKey(ctx context.Context, name string) error {
-	if err := nameErr(name); err != nil {
-		return err
-	}
-	if _, err := s.getRatePerKey(ctx, name); err != nil {
-		return err
-	}
-	return s.purge(ctx, ratePerKeyKey(name), "rate per key of "+name)
+	return s.deleteKey(ctx, name, ratePerKeyKey(name), "rate per key of "+name)
 }
 
 // ratesPerKey reads every rate per key, by name.

@@ -179,34 +179,49 @@ func (s *Store) Concurrency(ctx context.Context, name string) (Slots, error) {
 
 // ConcurrencyList returns every concurrency limit, by name.
 func (s *Store) ConcurrencyList(ctx context.Context) ([]Slots, error) {
-	var out []Slots
 	now := s.now()
-	err := s.scanKeys(ctx, slotKey(">"), false, func(e jetstream.KeyValueEntry) error {
-		r, err := decodeSlots(e.Key()[len(slotKey("")):], e)
+	return listOf(ctx, s, slotKey(""), "concurrency limits", func(name string, e jetstream.KeyValueEntry) (Slots, error) {
+		r, err := decodeSlots(name, e)
+		return r.slots(now), err
+	}, func(l Slots) string { return l.Name })
+}
+
+// listOf reads every record under prefix, decoded by dec, sorted by the
+// name nameOf gives.
+func listOf[T any](ctx context.Context, s *Store, prefix, what string, dec func(name string, e jetstream.KeyValueEntry) (T, error), nameOf func(T) string) ([]T, error) {
+	var out []T
+	err := s.scanKeys(ctx, prefix+">", false, func(e jetstream.KeyValueEntry) error {
+		v, err := dec(e.Key()[len(prefix):], e)
 		if err != nil {
 			return err
 		}
-		out = append(out, r.slots(now))
+		out = append(out, v)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list concurrency limits: %w", err)
+		return nil, fmt.Errorf("list %s: %w", what, err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool { return nameOf(out[i]) < nameOf(out[j]) })
 	return out, nil
+}
+
+// deleteKey purges name's record k (ErrNotFound, naming what, when there
+// is none).
+func (s *Store) deleteKey(ctx context.Context, name, k, what string) error {
+	if err := nameErr(name); err != nil {
+		return err
+	}
+	if _, err := s.entry(ctx, k, what); err != nil {
+		return err
+	}
+	return s.purge(ctx, k, what)
 }
 
 // DeleteConcurrency removes name's concurrency limit (ErrNotFound when
 // none): its calls run unlimited from then on, and the processes waiting
 // for its slots start them.
 func (s *Store) DeleteConcurrency(ctx context.Context, name string) error {
-	if err := nameErr(name); err != nil {
-		return err
-	}
-	if _, err := s.getSlots(ctx, name); err != nil {
-		return err
-	}
-	return s.purge(ctx, slotKey(name), "concurrency limit "+name)
+	return s.deleteKey(ctx, name, slotKey(name), "concurrency limit "+name)
 }
 
 func (s *Store) getSlots(ctx context.Context, name string) (slotRecord, error) {

@@ -277,13 +277,7 @@ func (s *Store) List(ctx context.Context) ([]Limit, error) {
 // Delete removes limit name, its rate and its state (ErrNotFound when
 // there is none): the name is unlimited from then on.
 func (s *Store) Delete(ctx context.Context, name string) error {
-	if err := nameErr(name); err != nil {
-		return err
-	}
-	if _, err := s.get(ctx, name); err != nil {
-		return err
-	}
-	return s.purge(ctx, key(name), "limit "+name)
+	return s.deleteKey(ctx, name, key(name), "limit "+name)
 }
 
 // purge removes key k, leaving a marker that expires after a minute
