@@ -174,9 +174,14 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	if err != nil && !errors.Is(err, scheduleops.ErrNotStarted) {
 		return scheduleErr(err)
 	}
+	err = notStarted(name, out, err)
 	if *asJSON {
-		// A failed trigger's fire says so in its result (exit 0, as before).
-		return writeJSON(stdout, out)
+		// The fire, and the exit code of the text mode: 1 when no run
+		// was started.
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+		return err
 	}
 	switch v := out.(type) {
 	case schedule.View:
@@ -187,6 +192,17 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 		fmt.Fprintf(stdout, "schedule %s deleted\n", name)
 	}
 	return err
+}
+
+// notStarted is err, or, for a trigger the overlap policy skipped, the
+// error that makes it exit 1 as a failed one does: asked to start a run,
+// the command started none.
+func notStarted(name string, out any, err error) error {
+	fire, ok := out.(schedule.Fire)
+	if err != nil || !ok || fire.Result != schedule.Skipped {
+		return err
+	}
+	return fmt.Errorf("schedule %s: run %s not started: skipped by the overlap policy skip, %s; trigger again once it has ended (or cancel it)", name, fire.RunID, fire.Reason)
 }
 
 func fireTime(t time.Time) string {

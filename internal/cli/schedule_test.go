@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/client"
 	"github.com/durable-run/durable/pkg/schedule"
@@ -123,4 +124,59 @@ func (e *env) runSchedulers(n int, clock func() time.Time) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = sch.Run(ctx) }()
 	}
+}
+
+// A trigger that starts no run exits 1, with --json as without (the JSON
+// of its fire still printed): skipped by the overlap policy while the
+// previous run waits, or failed because a different run holds its id
+// (issue 27: --json exited 0 for both, and the text mode 0 for a skip).
+func TestScheduleTriggerRefused(t *testing.T) {
+	forEachStore(t, func(t *testing.T, e *env) {
+		// claim's default amount parks it for approval: its run stays
+		// waiting, so the next trigger is skipped.
+		e.mustCLI(0, "schedule", "create", "held", "--workflow", "claim", "--cron", "0 2 * * *")
+		first := triggerJSON(t, e.mustCLI(0, "schedule", "trigger", "held", "--json"))
+		if first.Result != schedule.Started {
+			t.Fatalf("first trigger: %+v", first)
+		}
+		e.waitStatus(first.RunID, checkpoint.StatusWaiting)
+		var r result
+		var skipped schedule.Fire
+		testenv.Eventually(t, 5*time.Second, "a trigger in another second", func() bool {
+			r = e.cli("schedule", "trigger", "held", "--json")
+			skipped = triggerJSON(t, r)
+			return skipped.RunID != first.RunID
+		})
+		if r.code != 1 || skipped.Result != schedule.Skipped || !strings.Contains(r.stderr, "skipped") || !strings.Contains(r.stderr, first.RunID) {
+			t.Errorf("trigger --json while %s waits: want exit 1, the skipped fire, and why on stderr; got %s", first.RunID, r)
+		}
+		if r := e.cli("schedule", "trigger", "held"); r.code != 1 || !strings.Contains(r.stdout, "skipped") {
+			t.Errorf("trigger while %s waits: want exit 1, skipped; got %s", first.RunID, r)
+		}
+
+		// Runs of another input hold the ids of the triggers of the next
+		// seconds: the trigger's run is refused, its fire failed.
+		e.mustCLI(0, "schedule", "create", "taken", "--workflow", "claim", "--cron", "0 2 * * *", "--overlap", "allow")
+		now := time.Now().UTC().Truncate(time.Second)
+		for s := range 10 {
+			e.mustCLI(0, "start", "claim", "--id", "taken-"+now.Add(time.Duration(s)*time.Second).Format("20060102T150405Z"), "--input", `{"amount": 1}`)
+		}
+		r = e.cli("schedule", "trigger", "taken", "--json")
+		if failed := triggerJSON(t, r); r.code != 1 || failed.Result != schedule.Failed || !strings.Contains(failed.Reason, "run id taken") {
+			t.Errorf("trigger --json of a taken id: want exit 1 and the failed fire, got %s", r)
+		}
+		if r := e.cli("schedule", "trigger", "taken"); r.code != 1 || !strings.Contains(r.stderr, "run id taken") {
+			t.Errorf("trigger of a taken id: want exit 1 naming why, got %s", r)
+		}
+	})
+}
+
+// triggerJSON decodes the fire `schedule trigger --json` printed.
+func triggerJSON(t *testing.T, r result) schedule.Fire {
+	t.Helper()
+	var fire schedule.Fire
+	if err := json.Unmarshal([]byte(r.stdout), &fire); err != nil {
+		t.Fatalf("schedule trigger --json: %v\n%s", err, r)
+	}
+	return fire
 }
