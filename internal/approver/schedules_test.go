@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -68,6 +70,36 @@ func testSchedulesAPI(t *testing.T, kind string) {
 
 	testScheduleTrigger(t, h)
 	testSchedulePause(t, h)
+}
+
+// A full store (StoreOptions.MaxSchedules) is refused with its own 409
+// too_many naming the bound, not as a name taken (issue 27: it answered
+// 409 exists); a name taken is still exists.
+func TestSchedulesAPIFullStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs nats-server and redis-server")
+	}
+	h := newHarness(t, "kv", func(c *approver.Config) {
+		js, err := jetstream.New(c.NATS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Schedules, err = schedule.NewStore(t.Context(), js, schedule.StoreOptions{MaxSchedules: 1}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ops := h.tokens["ops"]
+	var created approver.ScheduleCreated
+	h.call("POST", "/api/schedules", ops, nightly, 201, &created)
+	other := strings.Replace(nightly, `"nightly"`, `"hourly"`, 1)
+	if eb := h.refusal("POST", "/api/schedules", ops, other, 409, approver.CodeTooMany); !strings.Contains(eb.Error, "at most 1") || !strings.Contains(eb.Error, "hourly") {
+		t.Errorf("full store: %q, want the bound (at most 1) and the schedule named", eb.Error)
+	}
+	h.refusal("GET", "/api/schedules/hourly", ops, "", 404, approver.CodeNotFound)
+	// Room again once one is deleted.
+	var deleted map[string]string
+	h.call("DELETE", "/api/schedules/nightly", ops, "", 200, &deleted)
+	h.call("POST", "/api/schedules", ops, other, 201, &created)
 }
 
 // testScheduleRefusals: no token, a token outside operators, bad specs

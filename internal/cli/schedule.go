@@ -48,7 +48,8 @@ func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (sche
 }
 
 // scheduleErr maps what pkg/schedule refuses to the CLI's exit codes: a
-// bad spec is a usage error (2), an unknown name is missing (3).
+// bad spec, a name taken or a full store (its message names the bound) is
+// a usage error (2), an unknown name is missing (3).
 func scheduleErr(err error) error {
 	switch {
 	case errors.Is(err, schedule.ErrBadSpec), errors.Is(err, schedule.ErrExists), errors.Is(err, schedule.ErrTooMany):

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,4 +180,37 @@ func triggerJSON(t *testing.T, r result) schedule.Fire {
 		t.Fatalf("schedule trigger --json: %v\n%s", err, r)
 	}
 	return fire
+}
+
+// A full store (10,000 schedules, the CLI's bound) refuses one more with
+// exit 2 naming the bound, as `limit set` does past its own; deleting one
+// makes room.
+func TestScheduleCreateFullStore(t *testing.T) {
+	e := newEnv(t, "kv")
+	ctx := t.Context()
+	if _, err := schedule.NewStore(ctx, e.js, schedule.StoreOptions{}); err != nil { // the bucket
+		t.Fatal(err)
+	}
+	// Stored as Store.Create stores them, without its count before each.
+	for i := range 10_000 {
+		name := fmt.Sprintf("s%05d", i)
+		data, err := json.Marshal(schedule.Schedule{Spec: schedule.Spec{Name: name, Workflow: "claim", Cron: "0 2 * * *"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.js.PublishAsync("$KV.durable_schedules.s."+name, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-e.js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		t.Fatal("filling the store timed out")
+	}
+	r := e.cli("schedule", "create", "one-more", "--workflow", "claim", "--cron", "0 2 * * *")
+	if r.code != 2 || !strings.Contains(r.stderr, "at most 10000") || !strings.Contains(r.stderr, "one-more") {
+		t.Fatalf("create in a full store: want exit 2 naming the bound, got %s", r)
+	}
+	e.mustCLI(0, "schedule", "delete", "s00000")
+	e.mustCLI(0, "schedule", "create", "one-more", "--workflow", "claim", "--cron", "0 2 * * *")
 }
