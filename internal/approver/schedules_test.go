@@ -162,17 +162,18 @@ func testScheduleTrigger(t *testing.T, h *harness) {
 	ops := h.tokens["ops"]
 	var fire schedule.Fire
 	h.call("POST", "/api/schedules/nightly/trigger", ops, "", 200, &fire)
-	if fire.Result != schedule.Started || !fire.Trigger || !triggerIDRE.MatchString(fire.RunID) {
-		t.Fatalf("trigger: %+v, want a started run with id like nightly-20261204T020000Z", fire)
+	if fire.Result != schedule.Started || !fire.Trigger || !triggerIDRE.MatchString(fire.RunID) || fire.By != "ops" {
+		t.Fatalf("trigger: %+v, want a started run with id like nightly-20261204T020000Z, by ops", fire)
 	}
+	// Started by the token's identity, as a four-eyes approver sees it.
 	run := h.waitStatus(fire.RunID, checkpoint.StatusWaiting)
-	if run.Workflow != "approval" || run.StartedBy != "schedule:nightly" {
-		t.Errorf("the trigger's run: workflow %s, started by %s", run.Workflow, run.StartedBy)
+	if run.Workflow != "approval" || run.StartedBy != "ops" {
+		t.Errorf("the trigger's run: workflow %s, started by %s, want ops", run.Workflow, run.StartedBy)
 	}
 	var list approver.Schedules
 	h.call("GET", "/api/schedules", ops, "", 200, &list)
 	if len(list.Schedules) != 1 || list.Schedules[0].State.Last == nil || list.Schedules[0].State.Last.RunID != fire.RunID ||
-		list.Schedules[0].State.LastRunID != fire.RunID || list.Schedules[0].NextFire.IsZero() {
+		list.Schedules[0].State.Last.By != "ops" || list.Schedules[0].State.LastRunID != fire.RunID || list.Schedules[0].NextFire.IsZero() {
 		t.Fatalf("list after the trigger: %+v", list)
 	}
 	// A trigger in the same second is the same run; the next second's is
@@ -182,7 +183,7 @@ func testScheduleTrigger(t *testing.T, h *harness) {
 		h.call("POST", "/api/schedules/nightly/trigger", ops, "", 200, &next)
 		return next.RunID != fire.RunID
 	})
-	if next.Result != schedule.Skipped || !strings.Contains(next.Reason, fire.RunID) || !triggerIDRE.MatchString(next.RunID) {
+	if next.Result != schedule.Skipped || !strings.Contains(next.Reason, fire.RunID) || !triggerIDRE.MatchString(next.RunID) || next.By != "ops" {
 		t.Errorf("second trigger: %+v, want skipped for %s", next, fire.RunID)
 	}
 	if _, err := h.store.GetRun(t.Context(), next.RunID); err == nil {

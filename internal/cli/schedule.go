@@ -156,7 +156,7 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	fs := service.NewFlagSet("durable schedule "+sub, stderr)
 	var c service.Conn
 	c.Register(fs)
-	by := fs.String("by", "", "who does it (recorded)")
+	by := fs.String("by", "", "who does it (recorded; a trigger's run is started by WHO, else by schedule:NAME)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
@@ -217,7 +217,11 @@ func lastFire(f *schedule.Fire) string {
 	if f == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%s %s %s", fireTime(f.At), f.Result, f.RunID)
+	last := fmt.Sprintf("%s %s %s", fireTime(f.At), f.Result, f.RunID)
+	if f.By != "" {
+		last += " by " + f.By
+	}
+	return last
 }
 
 func reason(r string) string {

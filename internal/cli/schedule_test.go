@@ -60,20 +60,24 @@ func TestScheduleCommands(t *testing.T) {
 			t.Fatalf("schedule list --json: %v %+v", err, listed)
 		}
 
-		var fire schedule.Fire
-		if err := json.Unmarshal([]byte(e.mustCLI(0, "schedule", "trigger", "every", "--json").stdout), &fire); err != nil || fire.Result != schedule.Started || !strings.HasPrefix(fire.RunID, "every-") {
-			t.Fatalf("schedule trigger --json: %v %+v", err, fire)
+		// Who triggers is recorded: on the fire, and as who started its run.
+		fire := triggerJSON(t, e.mustCLI(0, "schedule", "trigger", "every", "--by", "bo", "--json"))
+		if fire.Result != schedule.Started || !strings.HasPrefix(fire.RunID, "every-") || fire.By != "bo" {
+			t.Fatalf("schedule trigger --by bo --json: %+v", fire)
 		}
-		e.waitStatus(fire.RunID, checkpoint.StatusCompleted)
-		// The list shows the next fire and the last one with its run (the
-		// shape of the approver's GET /api/schedules too).
+		if run := e.waitStatus(fire.RunID, checkpoint.StatusCompleted); run.StartedBy != "bo" {
+			t.Errorf("the trigger's run was started by %q, want bo", run.StartedBy)
+		}
+		// The list shows the next fire and the last one with its run and
+		// who triggered it (the shape of the approver's GET /api/schedules
+		// too).
 		var views []schedule.View
 		if err := json.Unmarshal([]byte(e.mustCLI(0, "schedule", "list", "--json").stdout), &views); err != nil || len(views) != 1 ||
-			views[0].NextFire.IsZero() || views[0].State.Last == nil || views[0].State.Last.RunID != fire.RunID {
+			views[0].NextFire.IsZero() || views[0].State.Last == nil || views[0].State.Last.RunID != fire.RunID || views[0].State.Last.By != "bo" {
 			t.Fatalf("schedule list --json after the trigger: %v %+v", err, views)
 		}
-		if out := e.mustCLI(0, "schedule", "list").stdout; !strings.Contains(out, "NEXT FIRE") || !strings.Contains(out, fire.RunID) {
-			t.Errorf("schedule list: want the next fire and the trigger's run, got\n%s", out)
+		if out := e.mustCLI(0, "schedule", "list").stdout; !strings.Contains(out, "NEXT FIRE") || !strings.Contains(out, fire.RunID+" by bo") {
+			t.Errorf("schedule list: want the next fire and the trigger's run by bo, got\n%s", out)
 		}
 
 		// Two schedulers on one clock, moved a minute at a time.
