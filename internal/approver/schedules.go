@@ -19,8 +19,12 @@ import (
 // the same validation, the same messages, one JSON shape of a schedule
 // (schedule.View, the elements of `schedule list --json`).
 
-// CodeExists: a schedule of that name exists (or the store is full).
+// CodeExists: a schedule of that name exists.
 const CodeExists = "exists"
+
+// CodeTooMany: the store holds as many schedules as it keeps (its bound,
+// schedule.StoreOptions.MaxSchedules, is in the message); delete one.
+const CodeTooMany = "too_many"
 
 // CodeNotStarted: a trigger's run could not be started (its fire is
 // recorded as failed).
@@ -153,8 +157,8 @@ func (s *Server) scheduleAction(w http.ResponseWriter, r *http.Request, ops sche
 
 // scheduleError answers what scheduleops refused: a bad spec 400 (the
 // message of the CLI's exit 2, naming the field and the value), an
-// unknown schedule 404, a name taken or a full store 409, a trigger whose
-// run could not be started 409.
+// unknown schedule 404, a name taken 409 exists, a full store 409
+// too_many, a trigger whose run could not be started 409.
 func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, who tokens.Identity, name string, err error) {
 	status, code := http.StatusInternalServerError, CodeInternal
 	switch {
@@ -162,8 +166,10 @@ func (s *Server) scheduleError(w http.ResponseWriter, r *http.Request, who token
 		status, code = http.StatusBadRequest, CodeBadRequest
 	case errors.Is(err, schedule.ErrNotFound):
 		status, code = http.StatusNotFound, CodeNotFound
-	case errors.Is(err, schedule.ErrExists), errors.Is(err, schedule.ErrTooMany):
+	case errors.Is(err, schedule.ErrExists):
 		status, code = http.StatusConflict, CodeExists
+	case errors.Is(err, schedule.ErrTooMany):
+		status, code = http.StatusConflict, CodeTooMany
 	case errors.Is(err, scheduleops.ErrNotStarted):
 		status, code = http.StatusConflict, CodeNotStarted
 	case errors.Is(err, client.ErrUnknownWorkflow):

@@ -52,8 +52,8 @@ func TestBrowserSchedulesPage(t *testing.T) {
 	}
 	runID := v.State.Last.RunID
 	h.waitStatus(runID, checkpoint.StatusWaiting)
-	if last := b.text(row + " td.last"); !strings.Contains(last, runID) || !strings.Contains(last, "started") {
-		t.Errorf("last fire shows %q, want started %s", last, runID)
+	if last := b.text(row + " td.last"); !strings.Contains(last, runID) || !strings.Contains(last, "started") || !strings.Contains(last, "by ops") {
+		t.Errorf("last fire shows %q, want started %s by ops", last, runID)
 	}
 
 	b.do("pause it, confirmed", 15*time.Second,

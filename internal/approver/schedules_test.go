@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-run/durable/internal/approver"
 	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
@@ -70,6 +72,36 @@ func testSchedulesAPI(t *testing.T, kind string) {
 	testSchedulePause(t, h)
 }
 
+// A full store (StoreOptions.MaxSchedules) is refused with its own 409
+// too_many naming the bound, not as a name taken (issue 27: it answered
+// 409 exists); a name taken is still exists.
+func TestSchedulesAPIFullStore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs nats-server and redis-server")
+	}
+	h := newHarness(t, "kv", func(c *approver.Config) {
+		js, err := jetstream.New(c.NATS)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Schedules, err = schedule.NewStore(t.Context(), js, schedule.StoreOptions{MaxSchedules: 1}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ops := h.tokens["ops"]
+	var created approver.ScheduleCreated
+	h.call("POST", "/api/schedules", ops, nightly, 201, &created)
+	other := strings.Replace(nightly, `"nightly"`, `"hourly"`, 1)
+	if eb := h.refusal("POST", "/api/schedules", ops, other, 409, approver.CodeTooMany); !strings.Contains(eb.Error, "at most 1") || !strings.Contains(eb.Error, "hourly") {
+		t.Errorf("full store: %q, want the bound (at most 1) and the schedule named", eb.Error)
+	}
+	h.refusal("GET", "/api/schedules/hourly", ops, "", 404, approver.CodeNotFound)
+	// Room again once one is deleted.
+	var deleted map[string]string
+	h.call("DELETE", "/api/schedules/nightly", ops, "", 200, &deleted)
+	h.call("POST", "/api/schedules", ops, other, 201, &created)
+}
+
 // testScheduleRefusals: no token, a token outside operators, bad specs
 // (the message of the CLI's exit 2), unknown names and actions. None
 // stores anything.
@@ -130,17 +162,18 @@ func testScheduleTrigger(t *testing.T, h *harness) {
 	ops := h.tokens["ops"]
 	var fire schedule.Fire
 	h.call("POST", "/api/schedules/nightly/trigger", ops, "", 200, &fire)
-	if fire.Result != schedule.Started || !fire.Trigger || !triggerIDRE.MatchString(fire.RunID) {
-		t.Fatalf("trigger: %+v, want a started run with id like nightly-20261204T020000Z", fire)
+	if fire.Result != schedule.Started || !fire.Trigger || !triggerIDRE.MatchString(fire.RunID) || fire.By != "ops" {
+		t.Fatalf("trigger: %+v, want a started run with id like nightly-20261204T020000Z, by ops", fire)
 	}
+	// Started by the token's identity, as a four-eyes approver sees it.
 	run := h.waitStatus(fire.RunID, checkpoint.StatusWaiting)
-	if run.Workflow != "approval" || run.StartedBy != "schedule:nightly" {
-		t.Errorf("the trigger's run: workflow %s, started by %s", run.Workflow, run.StartedBy)
+	if run.Workflow != "approval" || run.StartedBy != "ops" {
+		t.Errorf("the trigger's run: workflow %s, started by %s, want ops", run.Workflow, run.StartedBy)
 	}
 	var list approver.Schedules
 	h.call("GET", "/api/schedules", ops, "", 200, &list)
 	if len(list.Schedules) != 1 || list.Schedules[0].State.Last == nil || list.Schedules[0].State.Last.RunID != fire.RunID ||
-		list.Schedules[0].State.LastRunID != fire.RunID || list.Schedules[0].NextFire.IsZero() {
+		list.Schedules[0].State.Last.By != "ops" || list.Schedules[0].State.LastRunID != fire.RunID || list.Schedules[0].NextFire.IsZero() {
 		t.Fatalf("list after the trigger: %+v", list)
 	}
 	// A trigger in the same second is the same run; the next second's is
@@ -150,7 +183,7 @@ func testScheduleTrigger(t *testing.T, h *harness) {
 		h.call("POST", "/api/schedules/nightly/trigger", ops, "", 200, &next)
 		return next.RunID != fire.RunID
 	})
-	if next.Result != schedule.Skipped || !strings.Contains(next.Reason, fire.RunID) || !triggerIDRE.MatchString(next.RunID) {
+	if next.Result != schedule.Skipped || !strings.Contains(next.Reason, fire.RunID) || !triggerIDRE.MatchString(next.RunID) || next.By != "ops" {
 		t.Errorf("second trigger: %+v, want skipped for %s", next, fire.RunID)
 	}
 	if _, err := h.store.GetRun(t.Context(), next.RunID); err == nil {

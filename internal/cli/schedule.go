@@ -48,7 +48,8 @@ func openSchedules(ctx context.Context, c *service.Conn, stderr io.Writer) (sche
 }
 
 // scheduleErr maps what pkg/schedule refuses to the CLI's exit codes: a
-// bad spec is a usage error (2), an unknown name is missing (3).
+// bad spec, a name taken or a full store (its message names the bound) is
+// a usage error (2), an unknown name is missing (3).
 func scheduleErr(err error) error {
 	switch {
 	case errors.Is(err, schedule.ErrBadSpec), errors.Is(err, schedule.ErrExists), errors.Is(err, schedule.ErrTooMany):
@@ -155,7 +156,7 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	fs := service.NewFlagSet("durable schedule "+sub, stderr)
 	var c service.Conn
 	c.Register(fs)
-	by := fs.String("by", "", "who does it (recorded)")
+	by := fs.String("by", "", "who does it (recorded; a trigger's run is started by WHO, else by schedule:NAME)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
@@ -174,9 +175,14 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 	if err != nil && !errors.Is(err, scheduleops.ErrNotStarted) {
 		return scheduleErr(err)
 	}
+	err = notStarted(name, out, err)
 	if *asJSON {
-		// A failed trigger's fire says so in its result (exit 0, as before).
-		return writeJSON(stdout, out)
+		// The fire, and the exit code of the text mode: 1 when no run
+		// was started.
+		if jerr := writeJSON(stdout, out); jerr != nil {
+			return jerr
+		}
+		return err
 	}
 	switch v := out.(type) {
 	case schedule.View:
@@ -187,6 +193,17 @@ func cmdScheduleChange(ctx context.Context, sub string, args []string, stdout, s
 		fmt.Fprintf(stdout, "schedule %s deleted\n", name)
 	}
 	return err
+}
+
+// notStarted is err, or, for a trigger the overlap policy skipped, the
+// error that makes it exit 1 as a failed one does: asked to start a run,
+// the command started none.
+func notStarted(name string, out any, err error) error {
+	fire, ok := out.(schedule.Fire)
+	if err != nil || !ok || fire.Result != schedule.Skipped {
+		return err
+	}
+	return fmt.Errorf("schedule %s: run %s not started: skipped by the overlap policy skip, %s; trigger again once it has ended (or cancel it)", name, fire.RunID, fire.Reason)
 }
 
 func fireTime(t time.Time) string {
@@ -200,7 +217,11 @@ func lastFire(f *schedule.Fire) string {
 	if f == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%s %s %s", fireTime(f.At), f.Result, f.RunID)
+	last := fmt.Sprintf("%s %s %s", fireTime(f.At), f.Result, f.RunID)
+	if f.By != "" {
+		last += " by " + f.By
+	}
+	return last
 }
 
 func reason(r string) string {

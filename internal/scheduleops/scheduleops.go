@@ -114,7 +114,8 @@ func (o Ops) unregistered(ctx context.Context, workflow string) string {
 	return fmt.Sprintf("no worker has registered workflow %q (registered: %v); its fires are retried until one does, for the catch-up window", workflow, names)
 }
 
-// Do carries out action on schedule name, recorded as done by by. It
+// Do carries out action on schedule name, recorded as done by by (a
+// trigger's fire and run too: schedule.By). It
 // returns the schedule after a pause or resume (schedule.View), Deleted
 // after a delete, and the fire of a trigger (schedule.Fire: started, or
 // skipped by the overlap policy; failed comes with ErrNotStarted).
@@ -137,7 +138,7 @@ func (o Ops) Do(ctx context.Context, action Action, name, by string) (any, error
 		}
 		return Deleted{Deleted: name}, nil
 	case Trigger:
-		fire, err := schedule.NewFirer(o.Store, o.Client).Trigger(ctx, name, time.Now())
+		fire, err := schedule.NewFirer(o.Store, o.Client).Trigger(ctx, name, time.Now(), schedule.By(by))
 		if err == nil && fire.Result == schedule.Failed {
 			err = fmt.Errorf("schedule %s: run %s: %w: %s", name, fire.RunID, ErrNotStarted, fire.Reason)
 		}

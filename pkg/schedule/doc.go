@@ -38,7 +38,8 @@
 //		}
 //	}
 //
-// and `durable schedule trigger NAME` is f.Trigger(ctx, name, time.Now()).
+// and `durable schedule trigger NAME --by ana` is
+// f.Trigger(ctx, name, time.Now(), schedule.By("ana")).
 //
 // The policies (see Spec): a fire whose schedule's previous run has not
 // ended is skipped (OverlapSkip, the default), started beside it

@@ -17,7 +17,18 @@ func (f *Firer) DecideOnly(ctx context.Context, name string, at time.Time) error
 	if err != nil {
 		return err
 	}
-	_, err = f.decide(ctx, &r, at, false)
+	_, err = f.decide(ctx, &r, &pending{At: at, RunID: FireID(name, at)})
+	return err
+}
+
+// DecideTriggerOnly stores the decision of a trigger of name at at by by
+// and stops there, as a firer that died before carrying it out would.
+func (f *Firer) DecideTriggerOnly(ctx context.Context, name string, at time.Time, by string) error {
+	r, err := f.store.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	_, err = f.decide(ctx, &r, (&trigger{at: at, by: by}).decision(name))
 	return err
 }
 

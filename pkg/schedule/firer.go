@@ -114,18 +114,44 @@ func (f *Firer) FireDue(ctx context.Context, now time.Time) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
+// TriggerOption qualifies a trigger (Firer.Trigger).
+type TriggerOption func(*trigger)
+
+// trigger is an operator's trigger: when, and by whom.
+type trigger struct {
+	at time.Time
+	by string
+}
+
+// By records who triggers: on the fire (Fire.By), and as who started its
+// run (checkpoint.Run.StartedBy, which a four-eyes approver is compared
+// with; without By it is "schedule:<name>", as a fire's). A cancel the
+// trigger makes (OverlapCancelPrevious) is recorded as by who, too.
+func By(who string) TriggerOption {
+	return func(t *trigger) { t.by = who }
+}
+
+// decision is what the trigger proposes for schedule name.
+func (t *trigger) decision(name string) *pending {
+	return &pending{At: t.at, RunID: triggerID(name, t.at), Trigger: true, By: t.by}
+}
+
 // Trigger fires schedule name once at now, whatever its expression says
 // and even while it is paused, under its overlap policy: the run's id is
 // "<name>-<now to the second>" (never a fire's id), so triggers in the
 // same second start one run. It leaves the schedule's last fire time, and
 // so what the expression owes.
-func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, error) {
+func (f *Firer) Trigger(ctx context.Context, name string, now time.Time, opts ...TriggerOption) (Fire, error) {
 	r, err := f.store.get(ctx, name)
 	if err != nil {
 		return Fire{}, err
 	}
-	at := now.UTC().Truncate(time.Second)
-	fires, _, err := f.fire(ctx, r, now.UTC(), &at)
+	t := &trigger{at: now.UTC().Truncate(time.Second)}
+	for _, o := range opts {
+		o(t)
+	}
+	at := t.at
+	fires, _, err := f.fire(ctx, r, now.UTC(), t)
 	if err != nil {
 		return Fire{}, err
 	}
@@ -148,26 +174,26 @@ func (f *Firer) Trigger(ctx context.Context, name string, now time.Time) (Fire, 
 // fire carries out r's pending decision if any, then decides and carries
 // out the fires r owes at now one by one (at most perPass: more says some
 // are left for the next call), reading r again after each conflict, until
-// none is left. With trigger, it decides and carries out the trigger at
-// that time instead of the fires owed.
-func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time.Time) (fires []Fire, more bool, err error) {
-	triggering := trigger != nil
+// none is left. With t, it decides and carries out that trigger instead
+// of the fires owed.
+func (f *Firer) fire(ctx context.Context, r record, now time.Time, t *trigger) (fires []Fire, more bool, err error) {
+	triggering := t != nil
 	due, decided := r.Due(now), 0 // what r owes, computed once a read of r
 	for ctx.Err() == nil {
 		var fi *Fire
 		switch {
 		case r.Pending != nil:
 			fi, err = f.carryOut(ctx, &r, now)
-		case trigger != nil:
-			if fi, err = f.decide(ctx, &r, *trigger, true); err == nil {
-				trigger = nil
+		case t != nil:
+			if fi, err = f.decide(ctx, &r, t.decision(r.Spec.Name)); err == nil {
+				t = nil
 			}
 		case triggering || len(due) == 0:
 			return fires, false, nil
 		case decided == f.perPass:
 			return fires, true, nil
 		default:
-			if fi, err = f.decide(ctx, &r, due[0], false); err == nil {
+			if fi, err = f.decide(ctx, &r, &pending{At: due[0], RunID: FireID(r.Spec.Name, due[0])}); err == nil {
 				due, decided = due[1:], decided+1
 			}
 		}
@@ -187,15 +213,12 @@ func (f *Firer) fire(ctx context.Context, r record, now time.Time, trigger *time
 	return fires, false, ctx.Err()
 }
 
-// decide decides the fire at at (a trigger when trigger) under r's
-// overlap policy and stores the decision compare-and-set: a skip as r's
-// last fire (returned), a start as r's pending fire, for carryOut.
-func (f *Firer) decide(ctx context.Context, r *record, at time.Time, trigger bool) (*Fire, error) {
+// decide decides the fire p proposes (a fire of the expression, or a
+// trigger) under r's overlap policy and stores the decision
+// compare-and-set: a skip as r's last fire (returned), a start as r's
+// pending fire, for carryOut.
+func (f *Firer) decide(ctx context.Context, r *record, p *pending) (*Fire, error) {
 	name := r.Spec.Name
-	p := &pending{At: at, RunID: FireID(name, at), Trigger: trigger}
-	if trigger {
-		p.RunID = triggerID(name, at)
-	}
 	prev := r.State.LastRunID
 	if prev != "" && prev != p.RunID {
 		status, err := f.activeStatus(ctx, prev)
@@ -210,8 +233,8 @@ func (f *Firer) decide(ctx context.Context, r *record, at time.Time, trigger boo
 			return f.skip(ctx, r, p, fmt.Sprintf("the previous run %s is still %s", prev, status))
 		}
 	}
-	if !trigger {
-		r.State.LastFire = at
+	if !p.Trigger {
+		r.State.LastFire = p.At
 	}
 	r.Pending = p
 	return nil, f.store.put(ctx, r)
@@ -219,7 +242,7 @@ func (f *Firer) decide(ctx context.Context, r *record, at time.Time, trigger boo
 
 // skip stores the fire p as skipped.
 func (f *Firer) skip(ctx context.Context, r *record, p *pending, reason string) (*Fire, error) {
-	fi := &Fire{Schedule: r.Spec.Name, At: p.At, RunID: p.RunID, Result: Skipped, Trigger: p.Trigger, Reason: reason}
+	fi := &Fire{Schedule: r.Spec.Name, At: p.At, RunID: p.RunID, Result: Skipped, Trigger: p.Trigger, By: p.By, Reason: reason}
 	if !p.Trigger {
 		r.State.LastFire = p.At
 	}
@@ -252,7 +275,7 @@ func (f *Firer) activeStatus(ctx context.Context, id string) (checkpoint.Status,
 // fire when this firer's write cleared it.
 func (f *Firer) carryOut(ctx context.Context, r *record, now time.Time) (*Fire, error) {
 	p := r.Pending
-	fi := &Fire{Schedule: r.Spec.Name, At: p.At, RunID: p.RunID, Result: Started, Trigger: p.Trigger, Cancelled: p.Cancel}
+	fi := &Fire{Schedule: r.Spec.Name, At: p.At, RunID: p.RunID, Result: Started, Trigger: p.Trigger, By: p.By, Cancelled: p.Cancel}
 	err := f.start(ctx, r.Spec, p)
 	switch {
 	case err == nil:
@@ -271,9 +294,13 @@ func (f *Firer) carryOut(ctx context.Context, r *record, now time.Time) (*Fire, 
 	return fi, nil
 }
 
-// start cancels the run p replaces, if any, and starts p's run.
+// start cancels the run p replaces, if any, and starts p's run, as done
+// by who triggered p, else by the schedule.
 func (f *Firer) start(ctx context.Context, sp Spec, p *pending) error {
 	by := "schedule:" + sp.Name
+	if p.By != "" {
+		by = p.By
+	}
 	if p.Cancel != "" {
 		_, err := f.client.Cancel(ctx, p.Cancel, by, client.Via(client.ChannelScheduler))
 		if err != nil && !errors.Is(err, client.ErrNotActive) && !errors.Is(err, client.ErrNotFound) {

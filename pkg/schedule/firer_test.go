@@ -515,3 +515,58 @@ func TestCatchUpIsBoundedPerCall(t *testing.T) {
 		t.Fatalf("runs %v, want one a minute 0-34", got)
 	}
 }
+
+// A trigger By someone records them on its fire and as who started its
+// run, and who cancelled the run it replaces (OverlapCancelPrevious),
+// whichever firer carries it out; a fire of the expression, and a trigger
+// naming no one, start theirs as "schedule:<name>".
+func TestTriggerBy(t *testing.T) {
+	e := newEnv(t, "kv")
+	ctx := ctxT(t)
+	// Fires at 10:01 only: the triggers before have the schedule to themselves.
+	e.create(schedule.Spec{Name: "b", Workflow: "hold", Cron: "1 10 * * *", Overlap: schedule.OverlapCancelPrevious})
+	first, err := e.firer.Trigger(ctx, "b", minute(0).Add(10*time.Second), schedule.By("ana"))
+	if err != nil || first.Result != schedule.Started || first.By != "ana" {
+		t.Fatalf("trigger by ana: %+v, %v", first, err)
+	}
+	if run := e.f.WaitStatus(first.RunID, checkpoint.StatusWaiting, 30*time.Second); run.StartedBy != "ana" {
+		t.Errorf("the trigger's run was started by %q, want ana", run.StartedBy)
+	}
+	if last := e.get("b").State.Last; last == nil || last.By != "ana" {
+		t.Errorf("last fire %+v, want by ana", last)
+	}
+
+	// Decided by one firer, which dies; carried out by another.
+	at := minute(0).Add(20 * time.Second)
+	if err := e.firer.DecideTriggerOnly(ctx, "b", at, "bo"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.otherFirer().FireDue(ctx, at.Add(time.Second))
+	if err != nil || len(rep.Fires) != 1 || rep.Fires[0].By != "bo" || rep.Fires[0].Cancelled != first.RunID {
+		t.Fatalf("carried out by another firer: %+v, %v", rep.Fires, err)
+	}
+	second := rep.Fires[0].RunID
+	if run := e.f.WaitStatus(second, checkpoint.StatusWaiting, 30*time.Second); run.StartedBy != "bo" {
+		t.Errorf("the trigger's run was started by %q, want bo", run.StartedBy)
+	}
+	cancelled := e.f.WaitStatus(first.RunID, checkpoint.StatusCancelled, 30*time.Second)
+	if n := len(cancelled.Audit); n == 0 || cancelled.Audit[n-1].Kind != checkpoint.AuditCancelled || cancelled.Audit[n-1].By != "bo" {
+		t.Errorf("the replaced run's audit %+v, want cancelled by bo", cancelled.Audit)
+	}
+
+	// The expression's fire, then a trigger by no one.
+	fires := e.fireDue(minute(1).Add(time.Second))
+	if len(fires) != 1 || fires[0].By != "" {
+		t.Fatalf("the minute's fire: %+v", fires)
+	}
+	if run := e.f.WaitStatus(fires[0].RunID, checkpoint.StatusWaiting, 30*time.Second); run.StartedBy != "schedule:b" {
+		t.Errorf("the fire's run was started by %q, want schedule:b", run.StartedBy)
+	}
+	anon, err := e.firer.Trigger(ctx, "b", minute(1).Add(30*time.Second))
+	if err != nil || anon.By != "" {
+		t.Fatalf("trigger by no one: %+v, %v", anon, err)
+	}
+	if run := e.f.WaitStatus(anon.RunID, checkpoint.StatusWaiting, 30*time.Second); run.StartedBy != "schedule:b" {
+		t.Errorf("the anonymous trigger's run was started by %q, want schedule:b", run.StartedBy)
+	}
+}

@@ -54,6 +54,9 @@ type Fire struct {
 	Result   Result    `json:"result"`
 	// Trigger: an operator's trigger (Firer.Trigger), not the expression.
 	Trigger bool `json:"trigger,omitempty"`
+	// By is who triggered it (Firer.Trigger with By); empty for a fire
+	// of the expression, and for a trigger that named no one.
+	By string `json:"by,omitempty"`
 	// Cancelled is the previous run it cancelled (OverlapCancelPrevious).
 	Cancelled string `json:"cancelled,omitempty"`
 	// Reason says why it was skipped or failed.

@@ -118,6 +118,9 @@ type pending struct {
 	At      time.Time `json:"at"`
 	RunID   string    `json:"run_id"`
 	Trigger bool      `json:"trigger,omitempty"`
+	// By is who triggered it (Fire.By); records of earlier releases have
+	// none, and their runs are started by "schedule:<name>".
+	By string `json:"by,omitempty"`
 	// Cancel is the previous run to cancel first (OverlapCancelPrevious).
 	Cancel string `json:"cancel,omitempty"`
 }
