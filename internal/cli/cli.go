@@ -45,11 +45,13 @@ Usage:
                                       deliver a named signal (kept until a step waits for it)
   durable schedule create NAME --workflow W --cron EXPR [--tz TZ] [--input JSON]
                   [--overlap skip|allow|cancel-previous] [--catch-up last|all] [--catch-up-window 24h] [--paused]
-  durable schedule list [--json] | pause NAME | resume NAME | delete NAME | trigger NAME [--json]
+  durable schedule list [--json] | pause NAME | resume NAME | delete NAME | trigger NAME [--by WHO] [--json]
                                       start runs on a calendar; each fire's run id is NAME-<fire time>
-  durable limit set NAME --rate 10/s [--burst 5] [--by WHO] [--json]
+  durable limit set NAME [--rate 10/s [--burst 5]] [--concurrency N] [--concurrency-per-key N]
+                  [--rate-per-key 2/s [--burst-per-key B]] [--by WHO] [--json]
   durable limit list [--json] | get NAME [--json] | delete NAME
-                                      fleet-wide rate limits of the resources calls use (steps.Resource)
+                                      fleet-wide limits of the resources steps use (steps.Resource, steps.Uses),
+                                      over all runs and per fairness key (a tenant)
   durable token create --file FILE --id WHO --groups G1,G2
   durable token revoke --file FILE --id WHO
   durable token list --file FILE [--json]
