@@ -124,12 +124,12 @@ func runPerKey(t *testing.T, kind string, p keyPlan) {
 	t.Logf("%s: deployed, %d runs started and queued in %s", kind, len(ids), time.Since(began).Round(100*time.Millisecond))
 	opened := time.Now()
 	open()
-	var k keyKill
+	dead := 0
 	if p.kill {
-		k = d.killHolderOf(bigTenant, len(ids)*p.turns/5)
+		dead = d.killHolderOf(bigTenant, len(ids)*p.turns/5)
 	}
 	runs := d.waitCompleted(ids, 3*time.Minute)
-	dup := d.checkCalls(ids, p.turns, k.pid)
+	dup := d.checkCalls(ids, p.turns, dead)
 	pk := d.checkKeyPeaks()
 	last := lastFinish(runs)
 	d.checkStarved(last, opened, p.starved)
@@ -219,36 +219,24 @@ func finishString(last map[string]time.Time, opened time.Time) string {
 	return strings.TrimSpace(b.String())
 }
 
-// keyKill is what a SIGKILL of a worker holding a key's slots measured.
-type keyKill struct {
-	pid int
-	// held: what the killed worker's lease held of each key, at its end.
-	held map[string]holderLease
-	// back is when the live workers first had perKey calls of the key in
-	// flight, and leaseEnd when the killed worker's lease in the key's
-	// record ran out, both since the kill.
-	back, leaseEnd time.Duration
-}
-
 // killHolderOf SIGKILLs, once after calls were made (and every worker
 // called), the worker with the most of tenant's calls in flight, and
 // waits until the live workers have perKey of tenant's calls in flight
 // again: not before the killed worker's lease in tenant's record ran
 // out (until then it holds slots of tenant), and within a lease (+3 s)
-// of the kill.
-func (d *deployment) killHolderOf(tenant string, after int) keyKill {
+// of the kill. It returns the killed worker's pid.
+func (d *deployment) killHolderOf(tenant string, after int) int {
 	d.t.Helper()
-	var k keyKill
-	var inflight int
+	var pid, inflight int
 	testenv.Eventually(d.t, time.Minute, fmt.Sprintf("%d calls, then a worker with a call of %s in flight", after, tenant), func() bool {
 		total, _ := d.prov.stats()
-		k.pid, inflight = d.prov.busiestFor(tenant)
+		pid, inflight = d.prov.busiestFor(tenant)
 		return total >= after && inflight > 0 && len(d.prov.callers()) == nWorkers
 	})
-	i := slices.IndexFunc(d.workers, func(w *proc.Proc) bool { return w.Pid() == k.pid })
+	i := slices.IndexFunc(d.workers, func(w *proc.Proc) bool { return w.Pid() == pid })
 	calls, _ := d.prov.stats()
 	before := d.leases()
-	d.prov.killing(k.pid)
+	d.prov.killing(pid)
 	killed := time.Now()
 	if err := d.workers[i].Kill(); err != nil {
 		d.t.Fatal(err)
@@ -268,25 +256,25 @@ func (d *deployment) killHolderOf(tenant string, after int) keyKill {
 		}
 		return !d.prov.tenantPeaks()[tenant].FullAgain.IsZero()
 	})
-	k.held = map[string]holderLease{}
+	held := map[string]holderLease{} // what the killed worker's leases held of each key, at their end
 	for key, hs := range last {
 		if l, ok := hs[id]; ok {
-			k.held[key] = l
+			held[key] = l
 		}
 	}
-	dead := k.held[tenant]
-	back := d.prov.tenantPeaks()[tenant].FullAgain
-	k.back, k.leaseEnd = back.Sub(killed), dead.Until.Sub(killed)
-	if dead.N > 0 && back.Before(dead.Until) {
+	dead := held[tenant]
+	full := d.prov.tenantPeaks()[tenant].FullAgain
+	back, leaseEnd := full.Sub(killed), dead.Until.Sub(killed)
+	if dead.N > 0 && full.Before(dead.Until) {
 		d.t.Errorf("%s: the live workers had %d of %s's calls in flight %s after the kill, before the killed worker's lease of %d of its slots ran out (%s after the kill)",
-			d.kind, perKey, tenant, k.back, dead.N, k.leaseEnd)
+			d.kind, perKey, tenant, back, dead.N, leaseEnd)
 	}
-	if k.back > lease+3*time.Second {
-		d.t.Errorf("%s: %s's slots back %s after the kill; want within the %s lease (+3 s)", d.kind, tenant, k.back, lease)
+	if back > lease+3*time.Second {
+		d.t.Errorf("%s: %s's slots back %s after the kill; want within the %s lease (+3 s)", d.kind, tenant, back, lease)
 	}
 	d.t.Logf("%s: killed %s after %d calls (pid %d, %d of %s's calls in flight); its leases held of the keys %s: %s had %d calls in flight from the live workers again %s after the kill (the killed lease of it ran out after %s)",
-		d.kind, d.workers[i].Name(), calls, k.pid, inflight, tenant, heldString(k.held), tenant, perKey, k.back.Round(10*time.Millisecond), k.leaseEnd.Round(10*time.Millisecond))
-	return k
+		d.kind, d.workers[i].Name(), calls, pid, inflight, tenant, heldString(held), tenant, perKey, back.Round(10*time.Millisecond), leaseEnd.Round(10*time.Millisecond))
+	return pid
 }
 
 // heldString says what a worker's leases held of each key.
