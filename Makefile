@@ -58,9 +58,11 @@ schedules: deps
 # (internal/test/flowfleet), both stores at once: 3 workers share a limit
 # of 5 on "model" over 200 runs of 3 calls, one SIGKILLed (its slots back
 # within the 15 s lease), CPU of the waiting workers measured; then tenant
-# a queues 1,000 runs and tenant b 10. About a minute.
+# a queues 1,000 runs and tenant b 10; then a limit of 2 per tenant
+# beside the 5 (tenant a 60 runs, b, c, d 10 each, a SIGKILL, the keys'
+# records gone after a lease). About two minutes.
 flowfleet: deps
-	DURABLE_FLOWFLEET=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFlowFleet$$|TestFlowFairness$$' -v ./internal/test/flowfleet
+	DURABLE_FLOWFLEET=1 $(GO) test -race -count=1 -timeout 10m -run 'TestFlowFleet$$|TestFlowFairness$$|TestFlowPerKey$$' -v ./internal/test/flowfleet
 
 # Fleet-wide rate limits at process level (internal/test/ratelimits),
 # both stores at once: three worker processes at 10/s burst 5 for 30 s

@@ -37,12 +37,18 @@ type deployment struct {
 	workers []*proc.Proc
 }
 
+// limits are the concurrency limits of "model" a deployment sets before
+// its workers start.
+type limits struct {
+	all    int // over all keys
+	perKey int // for each fairness key (the tenant); 0: none
+}
+
 // deploy starts nats-server (and redis-server for kind "redis") as
-// processes on 127.0.0.1, the fake provider, a concurrency limit of
-// limit on "model", and n worker processes of `concurrency` steps each;
-// it waits until the workflow is registered. Everything stops at
-// cleanup.
-func deploy(t *testing.T, kind string, limit, n, concurrency int, delay func() time.Duration) *deployment {
+// processes on 127.0.0.1, the fake provider, lim on "model", and n
+// worker processes of `concurrency` steps each; it waits until the
+// workflow is registered. Everything stops at cleanup.
+func deploy(t *testing.T, kind string, lim limits, n, concurrency int, delay func() time.Duration) *deployment {
 	t.Helper()
 	d := &deployment{t: t, kind: kind, dir: t.TempDir()}
 	bin := testenv.Binary(t, workerPkg)
@@ -69,15 +75,20 @@ func deploy(t *testing.T, kind string, limit, n, concurrency int, delay func() t
 		t.Fatalf("unknown store %q", kind)
 	}
 	d.client = client.New(js, d.store)
-	lim, err := flow.NewStore(ctx, js, flow.StoreOptions{})
+	fs, err := flow.NewStore(ctx, js, flow.StoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lim.SetConcurrency(ctx, "model", limit, "flowfleet-test"); err != nil {
+	if _, err := fs.SetConcurrency(ctx, "model", lim.all, "flowfleet-test"); err != nil {
 		t.Fatal(err)
 	}
-	d.limits = lim
-	d.prov = startProvider(t, limit, delay)
+	if lim.perKey > 0 {
+		if _, err := fs.SetConcurrencyPerKey(ctx, "model", lim.perKey, "flowfleet-test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.limits = fs
+	d.prov = startProvider(t, lim, delay)
 	args = append(args, "-provider", d.prov.URL, "-concurrency", fmt.Sprint(concurrency))
 	for i := range n {
 		w := proc.New(proc.Config{Name: fmt.Sprintf("worker-%d", i+1), Path: bin, Args: args, Dir: d.dir})

@@ -10,6 +10,10 @@
 // worker's slots come back within the lease, waiting workers spend
 // little CPU. TestFlowFairness (gated alike) is the fairness acceptance:
 // tenant a queues 1,000 runs, then tenant b 10; b's finish before 100
-// more of a's. TestFlowFleetShort is the fleet test's short form for
-// `go test ./...`.
+// more of a's. TestFlowPerKey (gated alike) is the acceptance of limits
+// per key: 5 over all tenants and 2 per tenant, tenant a with 60 runs
+// and b, c, d 10 each, a SIGKILL; no tenant ever has more than 2 calls
+// in flight, the small tenants are not starved, and the keys' records
+// (k.model.*) are gone a lease after the last run. TestFlowFleetShort
+// and TestFlowPerKeyShort are the short forms for `go test ./...`.
 package flowfleet

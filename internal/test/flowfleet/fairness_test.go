@@ -37,12 +37,12 @@ func TestFlowFairness(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			began := time.Now()
-			d := deploy(t, kind, limit, nWorkers, concurrency, func() time.Duration { return 5 * time.Millisecond })
+			d := deploy(t, kind, limits{all: limit}, nWorkers, concurrency, func() time.Duration { return 5 * time.Millisecond })
 			open := d.prov.hold()
 			t.Cleanup(open)
-			as := d.startMany("a", 1000)
+			as := d.startMany("a", 1000, 1)
 			bQueued := time.Now()
-			bs := d.startMany("b", 10)
+			bs := d.startMany("b", 10, 1)
 			t.Logf("%s: 1,010 runs started in %s", kind, time.Since(began).Round(100*time.Millisecond))
 			open()
 			runs := d.waitCompleted(slices.Concat(bs, as), 2*time.Minute)
@@ -59,9 +59,9 @@ func TestFlowFairness(t *testing.T) {
 	}
 }
 
-// startMany starts n one-turn runs of tenant, "<tenant>-NNNN", 16 at a
-// time, and returns their ids.
-func (d *deployment) startMany(tenant string, n int) []string {
+// startMany starts n runs of tenant of `turns` turns each,
+// "<tenant>-NNNN", 16 at a time, and returns their ids.
+func (d *deployment) startMany(tenant string, n, turns int) []string {
 	d.t.Helper()
 	ids := make([]string, n)
 	var wg sync.WaitGroup
@@ -71,7 +71,7 @@ func (d *deployment) startMany(tenant string, n int) []string {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d.start(ids[i], tenant, 1)
+			d.start(ids[i], tenant, turns)
 		})
 	}
 	wg.Wait()

@@ -86,7 +86,7 @@ func TestFlowFleetShort(t *testing.T) {
 
 func runFleet(t *testing.T, kind string, p plan) {
 	began := time.Now()
-	d := deploy(t, kind, limit, nWorkers, concurrency, func() time.Duration {
+	d := deploy(t, kind, limits{all: limit}, nWorkers, concurrency, func() time.Duration {
 		return 100*time.Millisecond + rand.N(100*time.Millisecond)
 	})
 	t.Logf("%s: deployed in %s", kind, time.Since(began).Round(100*time.Millisecond))
@@ -176,29 +176,10 @@ func (d *deployment) killAndWatch() int {
 	if err := d.workers[i].Kill(); err != nil {
 		d.t.Fatal(err)
 	}
-	// A lease pruned once it ended is not renewed either.
-	renewed := map[string]bool{}
-	var dead holderLease
-	testenv.Eventually(d.t, lease+10*time.Second, "the killed worker's slots back", func() bool {
-		for id, l := range d.leases() {
-			if b, ok := before[id]; ok && !l.Until.Equal(b.Until) {
-				renewed[id] = true
-			}
-		}
-		var left []holderLease
-		for id, l := range before {
-			if !renewed[id] {
-				left = append(left, l)
-			}
-		}
+	_, dead := d.deadHolder(before, func() bool {
 		d.prov.mu.Lock()
-		full := d.prov.fullAgain
-		d.prov.mu.Unlock()
-		if len(left) != 1 || time.Now().Before(left[0].Until) || full.IsZero() {
-			return false
-		}
-		dead = left[0]
-		return true
+		defer d.prov.mu.Unlock()
+		return !d.prov.fullAgain.IsZero()
 	})
 	fullBack, leaseEnd := d.prov.fullAgain.Sub(killed), dead.Until.Sub(killed)
 	if leaseEnd > lease || fullBack > lease+3*time.Second {
@@ -207,6 +188,40 @@ func (d *deployment) killAndWatch() int {
 	d.t.Logf("%s: killed %s (pid %d, %d calls in flight; its lease held %d of %d holders' slots): its lease ended %s after the kill, %d calls in flight again after %s (lease %s)",
 		d.kind, d.workers[i].Name(), pid, inflight, dead.N, len(before), leaseEnd.Round(10*time.Millisecond), limit, fullBack.Round(10*time.Millisecond), lease)
 	return pid
+}
+
+// deadHolder waits until exactly one holder of before (the leases of
+// "model"'s record read just before a kill) is no longer alive and its
+// lease has run out, and ready() holds (it is called at every poll); it
+// returns that holder and its lease. A holder is alive once its
+// lease is renewed, or gone from the record before it ran out (it gave
+// its slots back); a lease pruned after it ran out was not renewed.
+func (d *deployment) deadHolder(before map[string]holderLease, ready func() bool) (string, holderLease) {
+	d.t.Helper()
+	alive := map[string]bool{}
+	var dead string
+	testenv.Eventually(d.t, lease+10*time.Second, "the killed worker's slots back", func() bool {
+		ls := d.leases()
+		at := time.Now() // after the read: a lease missing while due was given back
+		for id, b := range before {
+			if l, ok := ls[id]; (ok && !l.Until.Equal(b.Until)) || (!ok && at.Before(b.Until)) {
+				alive[id] = true
+			}
+		}
+		var left []string
+		for id := range before {
+			if !alive[id] {
+				left = append(left, id)
+			}
+		}
+		ok := ready()
+		if len(left) != 1 || time.Now().Before(before[left[0]].Until) || !ok {
+			return false
+		}
+		dead = left[0]
+		return true
+	})
+	return dead, before[dead]
 }
 
 // holderLease is one process's lease in a concurrency limit's record.
