@@ -170,7 +170,7 @@ func printRun(w io.Writer, v client.RunView) {
 
 	printEffects(w, v.Effects)
 	printApprovals(w, v.Approvals)
-	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out or failed, and the step ran again from the previous checkpoint. Committed steps are never run again.")
+	fmt.Fprintln(w, "\nattempt N is the delivery of the step's message that committed it; \"resumed\" (N > 1): earlier deliveries crashed,\ntimed out, failed or were handed back for a rate limit, and the step ran again from the previous checkpoint.\nCommitted steps are never run again.")
 }
 
 // printRunHeader prints what the run is: its identity, input, parent,
@@ -344,7 +344,11 @@ func printBranches(w io.Writer, branches []client.BranchView) {
 				fmt.Fprintf(w, "    %d.%d %s  not committed\n", b.Step, b.Branch, b.Name)
 				continue
 			}
-			fmt.Fprintf(w, "    %d.%d %s  attempt %d  %s  %d bytes\n", b.Step, b.Branch, b.Name, b.Attempt, fmtMS(b.DurationMS), b.Bytes)
+			line := fmt.Sprintf("    %d.%d %s  attempt %d  %s  %d bytes", b.Step, b.Branch, b.Name, b.Attempt, fmtMS(b.DurationMS), b.Bytes)
+			if ws := waits(b.Resource, b.SlotWaitMS, b.TokenResource, b.TokenWaitMS); len(ws) > 0 {
+				line += "  " + strings.Join(ws, "; ")
+			}
+			fmt.Fprintln(w, line)
 		}
 	}
 }
@@ -366,10 +370,7 @@ func stateNotices(state json.RawMessage) []string {
 // effects, calls, why it took more than one delivery, and what the run
 // did next.
 func stepDetail(cp client.CheckpointView, v client.RunView) string {
-	var parts []string
-	if cp.Resource != "" {
-		parts = append(parts, fmt.Sprintf("waited %s for a slot of %s", fmtMS(cp.SlotWaitMS), cp.Resource))
-	}
+	parts := waits(cp.Resource, cp.SlotWaitMS, cp.TokenResource, cp.TokenWaitMS)
 	for _, e := range cp.Effects {
 		if e.Replayed {
 			parts = append(parts, "effect "+e.Key+" REPLAYED")
@@ -397,8 +398,12 @@ func stepDetail(cp client.CheckpointView, v client.RunView) string {
 			parts = append(parts, fmt.Sprintf("after %s, last: %s", plural(n, "failed attempt", "failed attempts"), cut(cp.Failures[n-1].Error, 80)))
 			earlier -= n
 		}
+		why := "worker crashed or its ack wait ran out"
+		if cp.TokenWaitMS > 0 {
+			why = "handed back for tokens, or a worker crashed or its ack wait ran out"
+		}
 		if earlier > 0 {
-			parts = append(parts, fmt.Sprintf("after %s that left no commit and no failure record (worker crashed or its ack wait ran out)", plural(earlier, "delivery", "deliveries")))
+			parts = append(parts, fmt.Sprintf("after %s that left no commit and no failure record (%s)", plural(earlier, "delivery", "deliveries"), why))
 		}
 	}
 	if cp.FanOut > 0 {
@@ -408,6 +413,20 @@ func stepDetail(cp client.CheckpointView, v client.RunView) string {
 		parts = append(parts, afterStep(cp, v))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// waits says what a step (or branch) waited for before it committed: a
+// slot of resource's concurrency limit, tokens of tokenResource's rate
+// limit.
+func waits(resource string, slotMS float64, tokenResource string, tokenMS float64) []string {
+	var parts []string
+	if resource != "" {
+		parts = append(parts, fmt.Sprintf("waited %s for a slot of %s", fmtMS(slotMS), resource))
+	}
+	if tokenResource != "" {
+		parts = append(parts, fmt.Sprintf("waited %s for tokens of %s", fmtMS(tokenMS), tokenResource))
+	}
+	return parts
 }
 
 // afterStep says what run v did after step cp: "run completed", or, for a

@@ -415,6 +415,14 @@ type Checkpoint struct {
 	// (steps.Uses); unset when it found one free.
 	Resource   string  `json:"resource,omitempty"`
 	SlotWaitMS float64 `json:"slot_wait_ms,omitempty"`
+	// TokenResource and TokenWaitMS: the committing attempt's calls
+	// waited TokenWaitMS in all for tokens of TokenResource's rate limit
+	// (steps.Resource): asleep in the step, and handed back to the queue
+	// before the attempt (see pkg/worker's throttle.go for how that is
+	// measured). Unset when no call waited. With waits for several
+	// resources, TokenResource is the first's and TokenWaitMS their sum.
+	TokenResource string  `json:"token_resource,omitempty"`
+	TokenWaitMS   float64 `json:"token_wait_ms,omitempty"`
 }
 
 // Size is the length of cp's JSON document, computed without encoding
@@ -445,6 +453,9 @@ func (cp Checkpoint) Size() int {
 	}
 	if cp.Resource != "" {
 		n += len(`,"resource":"","slot_wait_ms":`) + len(cp.Resource) + 24
+	}
+	if cp.TokenResource != "" {
+		n += len(`,"token_resource":"","token_wait_ms":`) + len(cp.TokenResource) + 24
 	}
 	if cp.Gen != 0 {
 		n += len(`,"gen":`) + 20

@@ -34,6 +34,10 @@ func TestSizeBoundsTheEncoding(t *testing.T) {
 		"children": {RunID: "b", Step: 1, Name: "start", State: json.RawMessage(`{}`), Next: "collect", Status: checkpoint.StatusWaiting, At: at,
 			Children: []checkpoint.Child{{ID: "b-1", Workflow: "claim", Input: json.RawMessage(`{"amount":1840}`)}, {ID: "b-2", Workflow: "claim"}}},
 		"branch": {RunID: "f", Step: 3, Branch: 1000, Name: "pay", State: json.RawMessage(`{"paid":1}`), Status: checkpoint.StatusRunning, At: at},
+		"waits": {RunID: "w", Step: 2, Name: "ask", State: json.RawMessage(`{}`), Status: checkpoint.StatusRunning, At: at,
+			Resource: "model", SlotWaitMS: 1234.567, TokenResource: "anthropic", TokenWaitMS: 123456789.123},
+		"token wait": {RunID: "w", Step: 2, Name: "ask", State: json.RawMessage(`{}`), Status: checkpoint.StatusRunning, At: at,
+			TokenResource: strings.Repeat("a", 64), TokenWaitMS: 2000.001},
 	}
 	for name, cp := range cases {
 		doc, err := json.Marshal(cp)

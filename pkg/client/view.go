@@ -82,28 +82,40 @@ type CheckpointView struct {
 	DurationMS float64           `json:"duration_ms"`
 	// Resource and SlotWaitMS: the step queued SlotWaitMS for a slot of
 	// Resource's concurrency limit before it ran (unset: it did not).
-	Resource   string               `json:"resource,omitempty"`
-	SlotWaitMS float64              `json:"slot_wait_ms,omitempty"`
-	Calls      int                  `json:"calls"`
-	Replayed   int                  `json:"replayed_calls"`
-	Journal    []CallView           `json:"journal,omitempty"`
-	Effects    []EffectView         `json:"effects,omitempty"`
-	Failures   []checkpoint.Failure `json:"failures,omitempty"`
+	Resource   string  `json:"resource,omitempty"`
+	SlotWaitMS float64 `json:"slot_wait_ms,omitempty"`
+	// TokenResource and TokenWaitMS: the step's calls waited TokenWaitMS
+	// in all for tokens of TokenResource's rate limit, asleep in the step
+	// and handed back to the queue before it (unset: they did not; see
+	// checkpoint.Checkpoint).
+	TokenResource string               `json:"token_resource,omitempty"`
+	TokenWaitMS   float64              `json:"token_wait_ms,omitempty"`
+	Calls         int                  `json:"calls"`
+	Replayed      int                  `json:"replayed_calls"`
+	Journal       []CallView           `json:"journal,omitempty"`
+	Effects       []EffectView         `json:"effects,omitempty"`
+	Failures      []checkpoint.Failure `json:"failures,omitempty"`
 }
 
 // BranchView is one branch of a fan-out: branch Branch of the fan-out
 // joined at step Step, and its checkpoint once committed.
 type BranchView struct {
-	Step       int          `json:"step"`
-	Branch     int          `json:"branch"`
-	Name       string       `json:"name"`
-	Committed  bool         `json:"committed"`
-	Bytes      int          `json:"bytes,omitempty"`
-	At         *time.Time   `json:"at,omitempty"`
-	Attempt    int          `json:"attempt,omitempty"`
-	DurationMS float64      `json:"duration_ms,omitempty"`
-	Calls      int          `json:"calls,omitempty"`
-	Effects    []EffectView `json:"effects,omitempty"`
+	Step       int        `json:"step"`
+	Branch     int        `json:"branch"`
+	Name       string     `json:"name"`
+	Committed  bool       `json:"committed"`
+	Bytes      int        `json:"bytes,omitempty"`
+	At         *time.Time `json:"at,omitempty"`
+	Attempt    int        `json:"attempt,omitempty"`
+	DurationMS float64    `json:"duration_ms,omitempty"`
+	// Resource, SlotWaitMS, TokenResource and TokenWaitMS: what the
+	// branch waited for a slot and for tokens, as a CheckpointView's.
+	Resource      string       `json:"resource,omitempty"`
+	SlotWaitMS    float64      `json:"slot_wait_ms,omitempty"`
+	TokenResource string       `json:"token_resource,omitempty"`
+	TokenWaitMS   float64      `json:"token_wait_ms,omitempty"`
+	Calls         int          `json:"calls,omitempty"`
+	Effects       []EffectView `json:"effects,omitempty"`
 }
 
 // ChildView is a child run a step started, and how it stands.
@@ -264,7 +276,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (RunView, error) {
 func (c *Client) viewCheckpoint(ctx context.Context, v *RunView, run checkpoint.Run, cp checkpoint.Checkpoint) (CheckpointView, error) {
 	cv := CheckpointView{Step: cp.Step, Name: cp.Name, Bytes: CheckpointBytes(cp), At: cp.At, Attempt: cp.Attempt,
 		Resumed: cp.Attempt > 1, Gen: cp.Gen, Next: cp.Next, Status: cp.Status, DurationMS: cp.DurationMS, Calls: len(cp.Journal),
-		Resource: cp.Resource, SlotWaitMS: cp.SlotWaitMS}
+		Resource: cp.Resource, SlotWaitMS: cp.SlotWaitMS, TokenResource: cp.TokenResource, TokenWaitMS: cp.TokenWaitMS}
 	for _, call := range cp.Journal {
 		if call.Replayed {
 			cv.Replayed++
@@ -339,6 +351,7 @@ func (c *Client) viewBranches(ctx context.Context, v *RunView, fan checkpoint.Ch
 		if cp, ok := byBranch[k+1]; ok {
 			at := cp.At
 			bv.Committed, bv.Bytes, bv.At, bv.Attempt, bv.DurationMS, bv.Calls = true, CheckpointBytes(cp), &at, cp.Attempt, cp.DurationMS, len(cp.Journal)
+			bv.Resource, bv.SlotWaitMS, bv.TokenResource, bv.TokenWaitMS = cp.Resource, cp.SlotWaitMS, cp.TokenResource, cp.TokenWaitMS
 			for _, e := range cp.Effects {
 				ev := EffectView{Key: e.Key, Replayed: e.Replayed, Step: join, Branch: k + 1}
 				bv.Effects = append(bv.Effects, ev)

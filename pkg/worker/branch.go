@@ -83,7 +83,7 @@ func (w *Worker) branch(ctx context.Context, d *delivery) {
 		return
 	}
 	defer slot.Release()
-	w.runBranch(ctx, d, def, run, *fan, snap.Journal)
+	w.runBranch(ctx, d, def, run, *fan, snap)
 }
 
 // unknownRun settles a delivery whose run the store does not know: a
@@ -98,15 +98,16 @@ func (w *Worker) unknownRun(d *delivery) {
 	w.ackStale(d, "")
 }
 
-// runBranch runs the branch body and commits its checkpoint.
-func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definition, run checkpoint.Run, fan checkpoint.Checkpoint, journal []checkpoint.CallRecord) {
+// runBranch runs the branch body and commits its checkpoint; snap is the
+// branch as loaded.
+func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definition, run checkpoint.Run, fan checkpoint.Checkpoint, snap checkpoint.Snapshot) {
 	m := d.m
 	b := fan.FanOut.Branches[m.Branch-1]
 	w.at(ctx, BeforeStep, d)
 	sctx := steps.NewContext(steps.ContextConfig{
 		RunID: run.ID, Workflow: run.Workflow, Version: run.Version,
 		Step: m.BranchOf, Branch: m.Branch, StepName: b.Step, Attempt: d.attempt,
-		Journal:    journalOf(journal, run.Resumes),
+		Journal:    journalOf(snap.Journal, run.Resumes),
 		Recorder:   recorder{w: w, d: d, gen: run.Resumes},
 		Heartbeat:  func() { _ = d.msg.InProgress() },
 		BlobStore:  w.cfg.Blobs,
@@ -125,9 +126,11 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 		RunID: run.ID, Step: m.BranchOf, Branch: m.Branch, Name: b.Step, State: out,
 		Of: len(fan.FanOut.Branches), Status: checkpoint.StatusRunning, Gen: run.Resumes, Redrives: run.Redrives, Journal: sctx.Calls(), Effects: sctx.Effects(),
 		Attempt: d.attempt, At: time.Now().UTC(), Spend: sctx.Spent(),
-		DurationMS: float64(took.Microseconds()) / 1000,
-		Resource:   d.resource, SlotWaitMS: float64(d.waited.Microseconds()) / 1000,
+		DurationMS: millis(took),
+		Resource:   d.resource, SlotWaitMS: millis(d.waited),
 	}
+	tw := w.tokenWait(ctx, d, snap.Failures)
+	cp.TokenResource, cp.TokenWaitMS = tw.resource, millis(tw.d)
 	size := cp.Size()
 	warn, err := w.cfg.Budget.Check(run.ID, m.BranchOf, size)
 	if err != nil {

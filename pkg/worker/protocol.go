@@ -159,6 +159,13 @@ type delivery struct {
 	// resource (its checkpoint says so).
 	resource string
 	waited   time.Duration
+	// since is when the step's message was first stored: its own store
+	// time, or for a renewed copy (renewed) the original's (sinceHeader).
+	// tokens is what the delivery's calls met at their rate limits
+	// (tokenwait.go).
+	since   time.Time
+	renewed bool
+	tokens  tokenWaits
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").
@@ -170,6 +177,7 @@ func (w *Worker) handle(ctx context.Context, j job) {
 	defer func() { d.slot.Release() }()
 	if md, err := msg.Metadata(); err == nil {
 		d.attempt = int(md.NumDelivered)
+		d.since, d.renewed = firstStored(msg, md.Timestamp)
 	}
 	m, err := queue.DecodeStep(msg.Subject(), msg.Data())
 	if err != nil {

@@ -239,7 +239,7 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snapshot, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Run, checkpoint.Checkpoint, bool) {
 	run := snap.Run
 	// 3. Commit checkpoint n first-writer-wins with the run record.
-	cp, change := toCommit(run, d, sctx, res, took)
+	cp, change := toCommit(run, d, sctx, res, took, w.tokenWait(ctx, d, snap.Failures))
 	if change.Err != nil { // the run is not at this step (cannot be: it was loaded so)
 		w.c.lost.Add(1)
 		w.afterLostCommit(ctx, d)
@@ -281,15 +281,17 @@ func (w *Worker) commit(ctx context.Context, d *delivery, snap *checkpoint.Snaps
 	return committed, cp, true
 }
 
-// toCommit returns checkpoint n holding the step's result res, and what
-// its commit does to the run (transition.Commit).
-func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Result, took time.Duration) (checkpoint.Checkpoint, transition.Result) {
+// toCommit returns checkpoint n holding the step's result res, which
+// waited tw for tokens, and what its commit does to the run
+// (transition.Commit).
+func toCommit(run checkpoint.Run, d *delivery, sctx *steps.Context, res steps.Result, took time.Duration, tw tokenWait) (checkpoint.Checkpoint, transition.Result) {
 	m := d.m
 	cp := checkpoint.Checkpoint{
 		RunID: run.ID, Step: m.Step, Name: run.StepName, State: res.State, Gen: run.Resumes,
 		Journal: sctx.Calls(), Effects: sctx.Effects(), Attempt: d.attempt,
-		At: time.Now().UTC(), DurationMS: float64(took.Microseconds()) / 1000,
-		Resource: d.resource, SlotWaitMS: float64(d.waited.Microseconds()) / 1000,
+		At: time.Now().UTC(), DurationMS: millis(took),
+		Resource: d.resource, SlotWaitMS: millis(d.waited),
+		TokenResource: tw.resource, TokenWaitMS: millis(tw.d),
 	}
 	cp.Spend = sctx.Spent()
 	cp.Signals = sctx.ConsumedSignals()

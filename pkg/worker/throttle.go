@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,9 +81,14 @@ func (w *Worker) rateLimitsFor(d *delivery) steps.RateLimits {
 
 // Take implements steps.RateLimits.
 func (r rateLimits) Take(ctx context.Context, resource string) (time.Duration, error) {
+	// slept is what the waits asked for, which the budget counts;
+	// refused when the first ask that was answered a wait began, from
+	// which the step's wait is timed.
 	var slept time.Duration
+	var refused time.Time
 	for {
-		wait, err := r.w.limiter.Take(ctx, resource, time.Now())
+		asked := time.Now()
+		wait, err := r.w.limiter.Take(ctx, resource, asked)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
@@ -93,11 +99,18 @@ func (r rateLimits) Take(ctx context.Context, resource string) (time.Duration, e
 			r.d.log.Warn().Err(err).Str("resource", resource).Msg("rate limit not read; handing the step back")
 			return storeRetry, nil
 		}
+		r.d.tokens.saw(resource, wait)
 		if wait == 0 {
-			if slept > 0 {
-				r.report(resource, slept, false)
+			now, waited := time.Now(), time.Duration(0)
+			if !refused.IsZero() {
+				waited = now.Sub(refused)
+				r.report(resource, waited, false)
 			}
+			r.d.tokens.got(resource, waited, now)
 			return 0, nil
+		}
+		if refused.IsZero() {
+			refused = asked
 		}
 		if wait > inPlaceWait || slept+wait > inPlaceTotal {
 			r.report(resource, slept, true)
@@ -111,15 +124,15 @@ func (r rateLimits) Take(ctx context.Context, resource string) (time.Duration, e
 }
 
 // report tells FlowMetrics of a call that found no token at once: it
-// waited slept in its step, then got one or was handed back.
-func (r rateLimits) report(resource string, slept time.Duration, handedBack bool) {
+// waited d in its step, then got one or was handed back.
+func (r rateLimits) report(resource string, d time.Duration, handedBack bool) {
 	fm, ok := r.w.cfg.Metrics.(FlowMetrics)
 	if !ok {
 		return
 	}
 	fm.Throttled(resource, handedBack)
 	if !handedBack {
-		fm.TokenWaited(resource, slept)
+		fm.TokenWaited(resource, d)
 	}
 }
 
@@ -195,9 +208,10 @@ func (w *Worker) markWaiting(d *delivery) {
 }
 
 // renew publishes a copy of the delivery's message under a new id
-// (queue.RenewMsgID), to be acked in its place. Running the step from
-// either is harmless (the step protocol), so a crash between the publish
-// and the ack costs a duplicate delivery at most.
+// (queue.RenewMsgID), to be acked in its place, saying when the original
+// was stored (sinceHeader). Running the step from either is harmless
+// (the step protocol), so a crash between the publish and the ack costs
+// a duplicate delivery at most.
 func (w *Worker) renew(ctx context.Context, d *delivery) error {
 	md, err := d.msg.Metadata()
 	if err != nil {
@@ -208,6 +222,8 @@ func (w *Worker) renew(ctx context.Context, d *delivery) error {
 		h[k] = append([]string(nil), v...)
 	}
 	h[jetstream.MsgIDHeader] = []string{queue.RenewMsgID(h.Get(jetstream.MsgIDHeader), md.Sequence.Stream)}
+	// The copy says since when its step has been handed back (tokenwait.go).
+	h[sinceHeader] = []string{strconv.FormatInt(d.since.UnixMilli(), 10)}
 	pctx, cancel := context.WithTimeout(ctx, queue.PublishTimeout)
 	defer cancel()
 	_, err = w.cfg.JetStream.PublishMsg(pctx, &nats.Msg{Subject: d.msg.Subject(), Data: d.msg.Data(), Header: h})

@@ -45,6 +45,7 @@ func TestRateLimitShort(t *testing.T) {
 		f.StartWorker(reg, func(c *worker.Config) { c.Flow, c.Concurrency = limits, 4 })
 	}
 	const runs = 60
+	started := time.Now()
 	for i := range runs {
 		f.Start(askflow.Name, fmt.Sprintf("ask-%03d", i), `{}`)
 	}
@@ -62,5 +63,31 @@ func TestRateLimitShort(t *testing.T) {
 	}
 	for i := range runs {
 		f.WaitStatus(fmt.Sprintf("ask-%03d", i), checkpoint.StatusCompleted, 30*time.Second)
+	}
+	checkTokenWaits(t, f, runs, time.Since(started))
+}
+
+// checkTokenWaits checks what the runs' checkpoints say they waited for
+// tokens, all started together, the last one done within elapsed: 60
+// calls at burst 5 then 10/s, and a slow-down, wait 5.5 s and more in
+// all for the last ones; none waits longer than the whole.
+func checkTokenWaits(t *testing.T, f *testfleet.Fleet, runs int, elapsed time.Duration) {
+	t.Helper()
+	var waited, longest time.Duration
+	var n int
+	for i := range runs {
+		cp := f.Checkpoints(fmt.Sprintf("ask-%03d", i))[0]
+		if cp.TokenWaitMS == 0 {
+			continue
+		}
+		d := time.Duration(cp.TokenWaitMS * float64(time.Millisecond))
+		if cp.TokenResource != askflow.Resource || d > elapsed {
+			t.Errorf("ask-%03d says it waited %s for tokens of %q; want %s, within the %s the runs took", i, d, cp.TokenResource, askflow.Resource, elapsed)
+		}
+		n, waited, longest = n+1, waited+d, max(longest, d)
+	}
+	t.Logf("%d of %d runs waited for tokens: %s in all, %s at most (all done in %s)", n, runs, waited.Round(time.Millisecond), longest.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+	if n < runs-10 || longest < 5*time.Second {
+		t.Errorf("%d of %d runs say they waited for tokens, the longest %s; want all but the burst's and the first ones, and 5.5s at least for the last", n, runs, longest)
 	}
 }
