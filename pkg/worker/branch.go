@@ -111,7 +111,7 @@ func (w *Worker) runBranch(ctx context.Context, d *delivery, def steps.Definitio
 		Recorder:   recorder{w: w, d: d, gen: run.Resumes},
 		Heartbeat:  func() { _ = d.msg.InProgress() },
 		BlobStore:  w.cfg.Blobs,
-		RateLimits: w.rateLimitsFor(d),
+		RateLimits: w.rateLimitsFor(d, def, run),
 	})
 	began := time.Now()
 	w.cfg.Metrics.BranchRunning(run.Workflow, 1)

@@ -220,7 +220,7 @@ func (w *Worker) runBody(ctx context.Context, d *delivery, def steps.Definition,
 		Approvals:     approvalsFor(run, m.Step),
 		Heartbeat:     func() { _ = d.msg.InProgress() },
 		BlobStore:     w.cfg.Blobs,
-		RateLimits:    w.rateLimitsFor(d),
+		RateLimits:    w.rateLimitsFor(d, def, run),
 	})
 	// The join's commit counts what its branches spent, once.
 	sctx.Spend(branchSpend)

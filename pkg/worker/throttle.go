@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,19 +65,42 @@ const (
 )
 
 // rateLimits is the steps.RateLimits of one delivery: the worker's
-// Limiter, waits in place, metrics.
+// Limiter, waits in place, metrics. key is the run's fairness key, for
+// the resources with a rate per key (worked out once, when one needs it).
 type rateLimits struct {
-	w *Worker
-	d *delivery
+	w   *Worker
+	d   *delivery
+	key func() string
 }
 
-// rateLimitsFor is what steps.ContextConfig.RateLimits gets: nil when the
-// worker has no flow store.
-func (w *Worker) rateLimitsFor(d *delivery) steps.RateLimits {
+// rateLimitsFor is what steps.ContextConfig.RateLimits gets for the
+// delivery d of a step of def in run: nil when the worker has no flow
+// store.
+func (w *Worker) rateLimitsFor(d *delivery, def steps.Definition, run checkpoint.Run) steps.RateLimits {
 	if w.limiter == nil {
 		return nil
 	}
-	return rateLimits{w: w, d: d}
+	key := sync.OnceValue(func() string {
+		if lim, ok := def.(steps.Limited); ok {
+			return lim.FairnessKeyOf(run.Input)
+		}
+		return ""
+	})
+	return rateLimits{w: w, d: d, key: key}
+}
+
+// take takes a token of resource, and of the run's key's rate when
+// resource has a rate per key (flow.Store.SetRatePerKey; the key is
+// Workflow.FairnessKey's).
+func (r rateLimits) take(ctx context.Context, resource string, now time.Time) (time.Duration, error) {
+	perKey, err := r.w.limiter.PerKey(ctx, resource)
+	switch {
+	case err != nil:
+		return 0, err
+	case perKey:
+		return r.w.limiter.TakeKey(ctx, resource, r.key(), now)
+	}
+	return r.w.limiter.Take(ctx, resource, now)
 }
 
 // Take implements steps.RateLimits.
@@ -88,7 +112,7 @@ func (r rateLimits) Take(ctx context.Context, resource string) (time.Duration, e
 	var refused time.Time
 	for {
 		asked := time.Now()
-		wait, err := r.w.limiter.Take(ctx, resource, asked)
+		wait, err := r.take(ctx, resource, asked)
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()

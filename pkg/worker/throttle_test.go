@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -205,5 +207,73 @@ func TestBadResourceNameIsPermanent(t *testing.T) {
 	run := h.waitStatus("bad-1", checkpoint.StatusDead, 20*time.Second)
 	if !strings.Contains(run.Error, `limit name "no spaces please"`) {
 		t.Fatalf("dead with %q, want the bad limit name", run.Error)
+	}
+}
+
+// TestRatePerTenant: "api" allows each tenant 4 calls a second (burst 1)
+// and has no rate over all tenants. Tenants a and b start 6 runs each at
+// once: each tenant's calls are spaced by its own rate, and b's are not
+// held behind a's (both tenants' calls are done in about the time one
+// tenant's take, not twice that).
+func TestRatePerTenant(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			h := newHarness(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			fl, err := flow.NewStore(ctx, h.js, flow.StoreOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fl.SetRatePerKey(ctx, "api", flow.Rate{N: 4, Per: time.Second, Burst: 1}, "test"); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			at := map[string][]time.Time{}
+			wf := steps.New[tenantRun]("pertenant", 1).FairnessKey(func(in tenantRun) string { return in.Tenant })
+			wf.Step("call", func(ctx context.Context, s *steps.Context, in tenantRun) (steps.Outcome[tenantRun], error) {
+				_, err := steps.Call(ctx, s, "api", in, func(context.Context) (int, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					at[in.Tenant] = append(at[in.Tenant], time.Now())
+					return 1, nil
+				}, steps.Resource("api"))
+				return steps.Complete(in), err
+			})
+			_, stop := h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Flow, c.Concurrency = fl, 16 })
+			defer stop()
+			for i := range 12 {
+				tenant := []string{"a", "b"}[i%2]
+				h.start("pertenant", fmt.Sprintf("%s-%d", tenant, i), fmt.Sprintf(`{"tenant":%q}`, tenant))
+			}
+			for i := range 12 {
+				h.waitStatus(fmt.Sprintf("%s-%d", []string{"a", "b"}[i%2], i), checkpoint.StatusCompleted, 30*time.Second)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var first, last time.Time
+			for tenant, ts := range at {
+				slices.SortFunc(ts, func(x, y time.Time) int { return x.Compare(y) })
+				if len(ts) != 6 {
+					t.Fatalf("tenant %s made %d calls, want 6", tenant, len(ts))
+				}
+				for i := 1; i < len(ts); i++ {
+					if gap := ts[i].Sub(ts[i-1]); gap < 230*time.Millisecond { // 4/s: 250ms, clocks' slack
+						t.Errorf("tenant %s's calls %d and %d %s apart, under its rate's 250ms", tenant, i-1, i, gap)
+					}
+				}
+				if first.IsZero() || ts[0].Before(first) {
+					first = ts[0]
+				}
+				if ts[5].After(last) {
+					last = ts[5]
+				}
+			}
+			// One tenant's 6 calls take 1.25 s at 4/s; shared, 12 would take 2.75 s.
+			if span := last.Sub(first); span > 2*time.Second {
+				t.Errorf("both tenants' calls took %s: the tenants shared one rate", span)
+			}
+			t.Logf("12 calls of 2 tenants at 4/s each in %s", last.Sub(first).Round(time.Millisecond))
+		})
 	}
 }
