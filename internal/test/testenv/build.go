@@ -1,11 +1,15 @@
 package testenv
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -20,13 +24,17 @@ type build struct {
 
 // Binary builds the Go main package pkg (without -race: the processes are
 // the system under test, not the test) once per test binary and returns
-// its path. The file lives in a temp dir shared by the test binary's tests.
+// its path. The file lives in a temp dir shared by the test binary's
+// tests, named after the test binary's process: a test binary cannot
+// remove it as it exits (go test has no hook for that), so the next one
+// removes the dirs of test binaries that have exited (76 MB each).
 func Binary(tb testing.TB, pkg string) string {
 	tb.Helper()
 	v, _ := builds.LoadOrStore(pkg, &build{})
 	b := v.(*build)
 	b.once.Do(func() {
-		dir, err := os.MkdirTemp("", "durable-test-bin-")
+		removeStaleBins()
+		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", binPrefix, os.Getpid()))
 		if err != nil {
 			b.err = err
 			return
@@ -46,4 +54,25 @@ func Binary(tb testing.TB, pkg string) string {
 func DurableBin(tb testing.TB) string {
 	tb.Helper()
 	return Binary(tb, "github.com/durable-run/durable/cmd/durable")
+}
+
+// binPrefix begins the names of the temp dirs of Binary, followed by the
+// pid of the test binary that made them.
+const binPrefix = "durable-test-bin-"
+
+// removeStaleBins removes the temp dirs of Binary whose test binary has
+// exited (no process of its pid; one whose pid was reused stays until
+// the next time).
+func removeStaleBins() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binPrefix+"*"))
+	for _, dir := range dirs {
+		pidText, _, named := strings.Cut(strings.TrimPrefix(filepath.Base(dir), binPrefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if !named || err != nil {
+			continue // not named by a pid: not ours to judge
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, fs.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
