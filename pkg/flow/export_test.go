@@ -1,10 +1,13 @@
 package flow
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // SetLinger sets how long a record holding a slow-down only outlives its
@@ -53,4 +56,28 @@ func (p *Pool) EndWatch(before func()) {
 	w := p.watch
 	p.mu.Unlock()
 	_ = w.Stop()
+}
+
+// KeySlotKey is the KV key of key's leases of name.
+func KeySlotKey(name, key string) string { return keySlotKey(name, key) }
+
+// Observe hands the pool an entry as its watch would.
+func (p *Pool) Observe(e jetstream.KeyValueEntry) { p.observe(e) }
+
+// ManualPool is a pool whose run loop the test drives by hand.
+func ManualPool(st *Store, id string, lease time.Duration) *Pool {
+	return &Pool{st: st, id: id, lease: lease, onErr: func(string, error) {},
+		sweepAfter: lease / 6, res: map[string]*resource{}, perKey: map[string]int{},
+		nudge: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (p *Pool) BeginResync()                     { p.resync = map[string]bool{} }
+func (p *Pool) ReconcileAll(ctx context.Context) { p.reconcileAll(ctx) }
+func (p *Pool) Held(kv string) (held, inUse int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.res[kv]; r != nil {
+		return r.held, r.inUse
+	}
+	return -1, -1
 }

@@ -105,6 +105,12 @@ func (p *Pool) reconcile(ctx context.Context, kv string) {
 		}
 		err := p.st.putLease(ctx, &rec, now)
 		if err == nil {
+			if p.resync != nil {
+				// Written while a new watch catches up: the watch may hand
+				// it after its end-of-initial-values marker, and endResync
+				// must not take it for deleted.
+				p.resync[kv] = true
+			}
 			p.wrote(kv, rec, d, until)
 			continue
 		}
@@ -229,7 +235,9 @@ func (r *resource) decide(id string, leaseFor time.Duration, now time.Time) deci
 	others, wanting, holders := r.rec.used(id, now)
 	limit, need := r.rec.Limit, r.queue.len()
 	room := max(limit-others, 0)
-	d := decision{n: r.held, next: now.Add(time.Hour)}
+	// The lease covers the calls running here, whatever the pool last
+	// held (a record purged or swept under a running call is made again).
+	d := decision{n: max(r.held, r.inUse), next: now.Add(time.Hour)}
 	switch {
 	case wanting > 0:
 		keep := (limit + holders) / (holders + 1) // the share rounded up

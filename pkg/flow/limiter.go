@@ -87,9 +87,9 @@ func (l *Limiter) TakeKey(ctx context.Context, name, key string, now time.Time) 
 	return l.take(ctx, name, now)
 }
 
-// PerKey reports whether name had a rate per key at the last refresh, so
-// that a caller works out its key for TakeKey only then.
-func (l *Limiter) PerKey(ctx context.Context, name string) (bool, error) {
+// HasRatePerKey reports whether name had a rate per key at the last
+// refresh, so that a caller works out its key for TakeKey only then.
+func (l *Limiter) HasRatePerKey(ctx context.Context, name string) (bool, error) {
 	if err := nameErr(name); err != nil {
 		return false, err
 	}
@@ -156,7 +156,7 @@ func (l *Limiter) holds(ctx context.Context, name string) (bool, Rate, error) {
 	names, err := l.store.names(ctx, key(""))
 	var rates map[string]Rate
 	if err == nil {
-		rates, err = l.store.ratesPerKey(ctx)
+		rates, err = l.store.ratesPerKeyTolerant(ctx)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

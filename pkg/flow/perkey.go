@@ -114,6 +114,9 @@ func decodeKeySlots(name string, perKey int, e jetstream.KeyValueEntry) (slotRec
 // bad name or perKey outside [1, MaxConcurrency] is ErrBadLimit; a new
 // name past StoreOptions.MaxLimits per-key limits is ErrTooMany.
 //
+// It needs per-message TTLs on the bucket (a NATS server 2.11 or later):
+// an idle key's record is purged, and its purge marker expires.
+//
 // Workers of releases before per-key limits ignore them: set one once
 // every worker that runs steps of name is of this release or later.
 func (s *Store) SetConcurrencyPerKey(ctx context.Context, name string, perKey int, by string) (KeyLimit, error) {
@@ -122,6 +125,9 @@ func (s *Store) SetConcurrencyPerKey(ctx context.Context, name string, perKey in
 	}
 	if perKey < 1 || perKey > MaxConcurrency {
 		return KeyLimit{}, badLimit("concurrency per key %d: use 1 to %d calls at once", perKey, MaxConcurrency)
+	}
+	if !s.ttl {
+		return KeyLimit{}, fmt.Errorf("concurrency per key of %s: the bucket %s has no per-message TTLs (a NATS server before 2.11, or a bucket made without them), and each key's purge marker would stay for good: %w", name, s.bucket, ErrBadLimit)
 	}
 	r, err := s.getPerKey(ctx, name)
 	switch {

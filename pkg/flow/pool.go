@@ -52,6 +52,8 @@ type Pool struct {
 	res map[string]*resource
 	// perKey is each resource's limit per key ("p.<name>"), by name.
 	perKey map[string]int
+	// gens counts the generations handed to resources (nextGen).
+	gens int
 
 	// watch is the watch of the records, and resync the KV keys its
 	// first values held while it catches up after it was started again
@@ -103,8 +105,9 @@ type resource struct {
 	queue   fairQueue
 	// lastUsed: when a caller last took or gave back a slot here.
 	lastUsed time.Time
-	// gen counts the times the limit was lifted: a slot taken before
-	// gives nothing back when released.
+	// gen is the resource's generation, new when it is made and when its
+	// limit is lifted (Pool.nextGen): a slot taken before gives nothing
+	// back when released.
 	gen int
 	// dirty: something changed since the lease was last decided; next:
 	// when to decide again regardless.
@@ -186,6 +189,7 @@ func (t *Ticket) Cancel() bool {
 	w.gone = true
 	if w.at != nil {
 		w.at.queue.remove(w)
+		w.at.dirty = true // the lease may want less now
 		w.at = nil
 	}
 	parts := w.parts
@@ -193,6 +197,7 @@ func (t *Ticket) Cancel() bool {
 	p.mu.Unlock()
 	// A key's slot taken while waiting for the resource's goes back.
 	p.release(parts)
+	p.poke()
 	return true
 }
 
@@ -308,7 +313,7 @@ func (p *Pool) stagesOf(name, key string, now time.Time) []string {
 	if per := p.perKey[name]; per > 0 {
 		kv := keySlotKey(name, key)
 		if p.res[kv] == nil {
-			p.res[kv] = &resource{name: name, kv: kv, key: key, limited: true, lastUsed: now,
+			p.res[kv] = &resource{name: name, kv: kv, key: key, limited: true, lastUsed: now, gen: p.nextGen(),
 				rec: slotRecord{Limit: per, name: name, kv: kv, Key: key}}
 		}
 		out = append(out, kv)
@@ -523,8 +528,16 @@ func (p *Pool) unlimit(r *resource, now time.Time, b *batch) {
 	if !r.isKey() {
 		r.rec = slotRecord{}
 	}
-	r.gen++
+	r.gen = p.nextGen()
 	b.poke = true
+}
+
+// nextGen is a generation no resource of the pool has had (p.mu held):
+// a slot taken under a limit since lifted, or of a record forgotten and
+// made again, gives nothing back when released.
+func (p *Pool) nextGen() int {
+	p.gens++
+	return p.gens
 }
 
 // run keeps the pool's leases: it follows the records' changes, and
@@ -593,7 +606,7 @@ func (p *Pool) observeLimit(name string, e jetstream.KeyValueEntry, b *batch) {
 	kv := slotKey(name)
 	r := p.res[kv]
 	if r == nil {
-		r = &resource{name: name, kv: kv, lastUsed: time.Now()}
+		r = &resource{name: name, kv: kv, lastUsed: time.Now(), gen: p.nextGen()}
 		p.res[kv] = r
 	}
 	r.dirty = true
@@ -657,7 +670,10 @@ func (p *Pool) observeKey(kv string, e jetstream.KeyValueEntry, b *batch) {
 	}
 	r := p.res[kv]
 	if e.Operation() != jetstream.KeyValuePut {
-		if r != nil {
+		// A marker older than the record the pool knows is of a record
+		// purged before the pool created it again: the watch hands it
+		// late (the pool's own writes race the watch).
+		if r != nil && e.Revision() > r.rec.rev {
 			r.dirty = true
 			r.purged()
 			if r.inUse == 0 && r.queue.len() == 0 {
@@ -673,7 +689,7 @@ func (p *Pool) observeKey(kv string, e jetstream.KeyValueEntry, b *batch) {
 		return
 	}
 	if r == nil {
-		r = &resource{name: name, kv: kv, key: rec.Key, limited: per > 0}
+		r = &resource{name: name, kv: kv, key: rec.Key, limited: per > 0, gen: p.nextGen()}
 		p.res[kv] = r
 	}
 	r.dirty = true

@@ -103,19 +103,6 @@ func (s *Store) DeleteRatePerKey(ctx context.Context, name string) error {
 	return s.deleteKey(ctx, name, ratePerKeyKey(name), "rate per key of "+name)
 }
 
-// ratesPerKey reads every rate per key, by name.
-func (s *Store) ratesPerKey(ctx context.Context) (map[string]Rate, error) {
-	all, err := s.RatePerKeyList(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]Rate, len(all))
-	for _, l := range all {
-		out[l.Name] = l.Rate
-	}
-	return out, nil
-}
-
 func (s *Store) getRatePerKey(ctx context.Context, name string) (record, error) {
 	e, err := s.entry(ctx, ratePerKeyKey(name), "rate per key of "+name)
 	if err != nil {
@@ -148,41 +135,83 @@ func (s *Store) TakeKey(ctx context.Context, name, key string, now time.Time) (t
 	return s.takeKey(ctx, name, key, r.rate, now)
 }
 
-// takeKey takes a token of name's rate and one of key's at perKey. The
-// key's is looked at first (a key over its rate spends nothing of the
-// resource's), then name's taken, then key's taken: name's is the one
-// shared by every key, so it is not spent while a key's refuses, but for
-// a race with another taker of the same key between the look and the
-// take.
+// takeKey takes a token of name's rate and one of key's at perKey. It
+// looks at the key's tokens and then the resource's, taking neither while
+// either would wait; then takes the key's (compare-and-set: a caller that
+// loses it to another of the same key looks again, and finds the key's
+// wait), then the resource's. Only when another key's caller takes the
+// resource's last token between the look and the take is the key's token
+// given back: the shared resource is never spent by a key's refused
+// callers, and a key only for a moment by the resource's.
 func (s *Store) takeKey(ctx context.Context, name, key string, perKey Rate, now time.Time) (time.Duration, error) {
 	kk := keyTokensKey(name, key)
-	cur, rev, err := s.readKeyTokens(ctx, kk)
-	if err != nil {
-		return 0, err
-	}
-	if _, wait := gcra(perKey, cur.TAT, now); wait > 0 {
-		return wait, nil
-	}
-	if wait, _, err := s.take(ctx, name, now); err != nil || wait > 0 {
-		return wait, err
-	}
 	for attempt := range maxAttempts {
 		if attempt > 0 {
 			backOff(attempt)
-			if cur, rev, err = s.readKeyTokens(ctx, kk); err != nil {
-				return 0, err
-			}
+		}
+		cur, rev, err := s.readKeyTokens(ctx, kk)
+		if err != nil {
+			return 0, err
 		}
 		tat, wait := gcra(perKey, cur.TAT, now)
 		if wait > 0 {
-			return wait, nil // another taker of key was first: name's token is spent
+			return wait, nil
+		}
+		if wait, err := s.peek(ctx, name, now); err != nil || wait > 0 {
+			return wait, err
 		}
 		err = s.putKeyTokens(ctx, kk, keyTokens{TAT: tat, Key: key}, rev, now)
-		if !errors.Is(err, errConflict) {
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
 			return 0, err
 		}
+		wait, _, err = s.take(ctx, name, now)
+		if err != nil || wait > 0 {
+			s.giveBackKey(ctx, kk, perKey, now)
+			return wait, err
+		}
+		return 0, nil
 	}
 	return contendedWait(), nil
+}
+
+// giveBackKey gives back a token of a key taken for a call the
+// resource then refused (best effort: a lost race leaves the key one
+// token short, not the resource).
+func (s *Store) giveBackKey(ctx context.Context, kk string, perKey Rate, now time.Time) {
+	for attempt := range 4 {
+		if attempt > 0 {
+			backOff(attempt)
+		}
+		cur, rev, err := s.readKeyTokens(ctx, kk)
+		if err != nil || rev == 0 {
+			return
+		}
+		cur.TAT = cur.TAT.Add(-perKey.interval())
+		if err := s.putKeyTokens(ctx, kk, cur, rev, now); !errors.Is(err, errConflict) {
+			return
+		}
+	}
+}
+
+// ratesPerKeyTolerant reads every rate per key, by name, skipping the
+// records it cannot read (a later release's format, a hand edit): one
+// bad record must not stop every take of the fleet.
+func (s *Store) ratesPerKeyTolerant(ctx context.Context) (map[string]Rate, error) {
+	out := map[string]Rate{}
+	err := s.scanKeys(ctx, ratePerKeyKey(">"), false, func(e jetstream.KeyValueEntry) error {
+		name := e.Key()[len(ratePerKeyKey("")):]
+		if r, err := decode(name, e); err == nil && r.rate.N > 0 {
+			out[name] = r.rate
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list rates per key: %w", err)
+	}
+	return out, nil
 }
 
 // readKeyTokens reads a key's tokens and their revision (zero values

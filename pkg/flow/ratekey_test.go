@@ -103,17 +103,17 @@ func TestRatePerKeyRecordsExpire(t *testing.T) {
 }
 
 // TestLimiterTakesKeys: the Limiter reads the rates per key at its
-// refresh; PerKey says which names need a key.
+// refresh; HasRatePerKey says which names need a key.
 func TestLimiterTakesKeys(t *testing.T) {
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{})
 	lim := flow.NewLimiter(st, flow.LimiterOptions{Refresh: 50 * time.Millisecond})
-	if ok, err := lim.PerKey(ctxT(t), "model"); ok || err != nil {
-		t.Fatalf("PerKey before any is set: %v, %v", ok, err)
+	if ok, err := lim.HasRatePerKey(ctxT(t), "model"); ok || err != nil {
+		t.Fatalf("HasRatePerKey before any is set: %v, %v", ok, err)
 	}
 	setPerKeyRate(t, st, "model", flow.Rate{N: 1, Per: time.Second, Burst: 1})
 	eventually(t, "the limiter sees the rate per key", func() bool {
-		ok, err := lim.PerKey(ctxT(t), "model")
+		ok, err := lim.HasRatePerKey(ctxT(t), "model")
 		return ok && err == nil
 	})
 	for i, tk := range []keyTake{{"a", 0, 0}, {"a", 0, time.Second}, {"b", 0, 0}} {
@@ -129,7 +129,7 @@ func TestLimiterTakesKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the limiter sees the rate per key gone", func() bool {
-		ok, err := lim.PerKey(ctxT(t), "model")
+		ok, err := lim.HasRatePerKey(ctxT(t), "model")
 		return !ok && err == nil
 	})
 }

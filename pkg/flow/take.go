@@ -44,13 +44,9 @@ func (s *Store) take(ctx context.Context, name string, now time.Time) (wait time
 		if err != nil {
 			return 0, true, fmt.Errorf("take %s: %w", name, err)
 		}
-		blocked := r.blockedUntil.Sub(now)
-		if r.rate.N == 0 {
-			return max(blocked, 0), true, nil
-		}
-		tat, wait := gcra(r.rate, r.tat, now)
-		if blocked > 0 || wait > 0 {
-			return max(blocked, wait), true, nil
+		tat, wait := r.next(now)
+		if wait > 0 || r.rate.N == 0 {
+			return wait, true, nil
 		}
 		r.tat = tat
 		err = s.put(ctx, &r, 0)
@@ -63,6 +59,32 @@ func (s *Store) take(ctx context.Context, name string, now time.Time) (wait time
 		return 0, true, nil
 	}
 	return contendedWait(), true, nil
+}
+
+// next is the arrival time after a token taken at now, and the wait
+// before one may be (0: now), the slow-down's included. A record of a
+// slow-down only has no tokens to take: its wait is the slow-down's.
+func (r *record) next(now time.Time) (time.Time, time.Duration) {
+	blocked := max(r.blockedUntil.Sub(now), 0)
+	if r.rate.N == 0 {
+		return r.tat, blocked
+	}
+	tat, wait := gcra(r.rate, r.tat, now)
+	return tat, max(blocked, wait)
+}
+
+// peek is the wait before a token of name may be taken at now, taking
+// nothing (0 for a name with no record).
+func (s *Store) peek(ctx context.Context, name string, now time.Time) (time.Duration, error) {
+	r, err := s.get(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("take %s: %w", name, err)
+	}
+	_, wait := r.next(now)
+	return wait, nil
 }
 
 // backOff pauses before another attempt after attempt lost a

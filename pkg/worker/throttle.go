@@ -93,7 +93,7 @@ func (w *Worker) rateLimitsFor(d *delivery, def steps.Definition, run checkpoint
 // resource has a rate per key (flow.Store.SetRatePerKey; the key is
 // Workflow.FairnessKey's).
 func (r rateLimits) take(ctx context.Context, resource string, now time.Time) (time.Duration, error) {
-	perKey, err := r.w.limiter.PerKey(ctx, resource)
+	perKey, err := r.w.limiter.HasRatePerKey(ctx, resource)
 	switch {
 	case err != nil:
 		return 0, err
