@@ -424,7 +424,7 @@ func waits(resource string, slotMS float64, tokenResource string, tokenMS float6
 		parts = append(parts, fmt.Sprintf("waited %s for a slot of %s", fmtMS(slotMS), resource))
 	}
 	if tokenResource != "" {
-		parts = append(parts, fmt.Sprintf("waited %s for tokens of %s", fmtMS(tokenMS), tokenResource))
+		parts = append(parts, fmt.Sprintf("waited up to %s for tokens of %s", fmtMS(tokenMS), tokenResource))
 	}
 	return parts
 }

@@ -77,10 +77,10 @@ func TestRunsShowSaysHowLongAStepWaitedForTokens(t *testing.T) {
 		}
 		text := e.mustCLI(0, "runs", "show", run.ID).stdout
 		for _, want := range []string{
-			"waited 1.20s for a slot of model; waited 2.00s for tokens of anthropic",
+			"waited 1.20s for a slot of model; waited up to 2.00s for tokens of anthropic",
 			"after 2 deliveries that left no commit and no failure record (handed back for tokens, or a worker crashed or its ack wait ran out)",
-			"waited 350.5ms for tokens of anthropic",
-			"3.1 fetch  attempt 2", "waited 1.50s for tokens of search",
+			"waited up to 350.5ms for tokens of anthropic",
+			"3.1 fetch  attempt 2", "waited up to 1.50s for tokens of search",
 		} {
 			if !strings.Contains(text, want) {
 				t.Errorf("runs show does not say %q:\n%s", want, text)

@@ -418,7 +418,7 @@ type Checkpoint struct {
 	// TokenResource and TokenWaitMS: the committing attempt's calls
 	// waited TokenWaitMS in all for tokens of TokenResource's rate limit
 	// (steps.Resource): asleep in the step, and handed back to the queue
-	// before the attempt (see pkg/worker's throttle.go for how that is
+	// before the attempt (see pkg/worker's tokenwait.go for how that is
 	// measured). Unset when no call waited. With waits for several
 	// resources, TokenResource is the first's and TokenWaitMS their sum.
 	TokenResource string  `json:"token_resource,omitempty"`

@@ -149,14 +149,18 @@ func (w *Worker) handedBack(ctx context.Context, d *delivery, t tokenTally, fail
 }
 
 // hasLimit says whether the flow store holds a limit of resource (or a
-// slow-down of it): one read, by a redelivered step about to commit.
+// slow-down of it), or a rate per key: a read or two, by a redelivered
+// step about to commit.
 func (w *Worker) hasLimit(ctx context.Context, resource string) bool {
 	if w.cfg.Flow == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := w.cfg.Flow.Get(ctx, resource)
+	if _, err := w.cfg.Flow.Get(ctx, resource); err == nil {
+		return true
+	}
+	_, err := w.cfg.Flow.RatePerKey(ctx, resource)
 	return err == nil
 }
 

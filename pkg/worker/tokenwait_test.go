@@ -282,3 +282,40 @@ func TestBranchCheckpointSaysHowLongItWaitedForTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenWaitUnderARatePerKeyOnly: a step handed back for its tenant's
+// rate per key (the resource has no rate over all keys) says so in its
+// checkpoint, as one handed back for the resource's rate does. It said
+// 0 ms: the worker looked for a rate over all keys only. (The flow store
+// is NATS's whatever the checkpoint store, so one store is enough.)
+func TestTokenWaitUnderARatePerKeyOnly(t *testing.T) {
+	h := newHarness(t, "kv")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fl, err := flow.NewStore(ctx, h.js, flow.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fl.SetRatePerKey(ctx, "api", flow.Rate{N: 1, Per: 4 * time.Second, Burst: 1}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wf := steps.New[tenantRun]("pertenant", 1).FairnessKey(func(in tenantRun) string { return in.Tenant })
+	wf.Step("call", func(ctx context.Context, s *steps.Context, in tenantRun) (steps.Outcome[tenantRun], error) {
+		_, err := steps.Call(ctx, s, "api", in, func(context.Context) (int, error) { return 1, nil }, steps.Resource("api"))
+		return steps.Complete(in), err
+	}, steps.WithRetry(steps.RetryPolicy{Attempts: 1}))
+	_, stop := h.startWorker(steps.NewRegistry().MustRegister(wf), func(c *worker.Config) { c.Flow = fl })
+	defer stop()
+	h.start("pertenant", "a-1", `{"tenant":"a"}`)
+	h.waitStatus("a-1", checkpoint.StatusCompleted, 20*time.Second)
+	h.start("pertenant", "a-2", `{"tenant":"a"}`)
+	h.waitStatus("a-2", checkpoint.StatusCompleted, 20*time.Second)
+	cp := h.checkpoints("a-2")[0]
+	if cp.Attempt < 2 {
+		t.Fatalf("a-2 was not handed back (delivery %d): tenant a's rate of 1 per 4 s did not bind", cp.Attempt)
+	}
+	if cp.TokenWaitMS < 1000 || cp.TokenResource != "api" {
+		t.Errorf("a-2 was handed back for its tenant's tokens (delivery %d) but its checkpoint says %.1fms of %q", cp.Attempt, cp.TokenWaitMS, cp.TokenResource)
+	}
+	t.Logf("a-2: delivery %d, waited up to %.0fms for tokens of %s", cp.Attempt, cp.TokenWaitMS, cp.TokenResource)
+}
