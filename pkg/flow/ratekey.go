@@ -233,13 +233,14 @@ func (s *Store) readKeyTokens(ctx context.Context, kk string) (keyTokens, uint64
 
 // putKeyTokens stores a key's tokens compare-and-set on rev (creating
 // them when rev is 0), to expire once the key's burst is full again:
-// GCRA's arrival time passed, plus a second, in whole seconds.
+// GCRA's arrival time passed, plus two seconds (a caller's clock a little
+// behind the server's still finds the record), in whole seconds.
 func (s *Store) putKeyTokens(ctx context.Context, kk string, t keyTokens, rev uint64, now time.Time) error {
 	data, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	ttl := (max(t.TAT.Sub(now), 0) + 2*time.Second - 1).Truncate(time.Second)
+	ttl := (max(t.TAT.Sub(now), 0) + 3*time.Second - 1).Truncate(time.Second)
 	if rev == 0 {
 		_, err = s.kv.Create(ctx, kk, data, jetstream.KeyTTL(ttl))
 		if errors.Is(err, jetstream.ErrKeyExists) {

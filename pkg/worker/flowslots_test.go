@@ -301,10 +301,11 @@ func tenantFlow(d time.Duration, f *inFlight, p *tenantPeaks) *steps.Workflow[te
 // TestConcurrencyLimitPerTenant: "model" allows 2 calls at once per
 // tenant and 3 over all; two workers run 30 runs of tenant a, 30 of b
 // and 2 of c: no tenant ever has more than 2 calls at once across the
-// workers, the fleet never more than 3, and every run completes. Then a
-// worker stops while its deliveries hold their tenant's slot and wait
-// for the resource's; it hands them back, and they complete on the next
-// worker.
+// workers, the fleet never more than 3, and every run completes. Then,
+// at a limit of 1 over all keys with a slow call holding it, a worker
+// stops with deliveries queued (some holding their tenant's slot while
+// they wait for the resource's); it stops within 20 s, and its queued
+// runs complete on the next worker.
 func TestConcurrencyLimitPerTenant(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
