@@ -68,3 +68,24 @@ func benchTakers(b *testing.B, srv *testenv.NATS, takers int, name string) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "takes/s")
 	b.ReportMetric(float64(contended.Load())/float64(b.N), "contended/op")
 }
+
+// BenchmarkPoolSlot: a slot taken and released under a concurrency limit
+// that does not bind (1,000), the worker's cost per step that uses a
+// limited resource: no round trip, a lease written a few times a lease.
+func BenchmarkPoolSlot(b *testing.B) {
+	srv := testenv.StartNATS(b)
+	p, st := pool(b, srv, 0)
+	if _, err := st.SetConcurrency(b.Context(), "model", 1000, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	eventually(b, "the pool sees the limit", func() bool { return p.Limited("model") })
+	acquire(b, p, "model", "").Release() // the first lease
+	b.ReportAllocs()
+	for b.Loop() {
+		s := p.TryAcquire("model")
+		if s == nil {
+			s = acquire(b, p, "model", "")
+		}
+		s.Release()
+	}
+}

@@ -67,7 +67,7 @@ func (p *Pool) Observe(e jetstream.KeyValueEntry) { p.observe(e) }
 // ManualPool is a pool whose run loop the test drives by hand.
 func ManualPool(st *Store, id string, lease time.Duration) *Pool {
 	return &Pool{st: st, id: id, lease: lease, onErr: func(string, error) {},
-		sweepAfter: lease / 6, res: map[string]*resource{}, perKey: map[string]int{},
+		sweepAfter: lease / 6, res: map[string]*resource{}, totals: map[string]*resource{}, perKey: map[string]int{},
 		nudge: make(chan struct{}, 1), ready: make(chan struct{}), done: make(chan struct{})}
 }
 

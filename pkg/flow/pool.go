@@ -50,6 +50,9 @@ type Pool struct {
 	// "c.<name>" a resource's limit over all keys, "k.<name>.<hash>" the
 	// leases of one key of a per-key limit.
 	res map[string]*resource
+	// totals are the records of "c.<name>" in res, by name (a resource's
+	// is never forgotten: a step's lookup costs no key built).
+	totals map[string]*resource
 	// perKey is each resource's limit per key ("p.<name>"), by name.
 	perKey map[string]int
 	// gens counts the generations handed to resources (nextGen).
@@ -124,7 +127,7 @@ func (r *resource) isKey() bool { return r.key != "" || r.kv != slotKey(r.name) 
 type Slot struct {
 	p     *Pool
 	name  string
-	parts []part
+	parts parts
 	// released guards against a second Release.
 	released atomic.Bool
 	// Waited is how long the caller queued for the slot.
@@ -138,6 +141,20 @@ type part struct {
 	gen int
 }
 
+// parts are the slots a caller holds: of its key's record and of the
+// resource's, at most (an array: a slot costs no allocation of its own).
+type parts struct {
+	a [2]part
+	n int
+}
+
+func (ps *parts) add(pt part) {
+	ps.a[ps.n] = pt
+	ps.n++
+}
+
+func (ps *parts) list() []part { return ps.a[:ps.n] }
+
 // Name is the resource the slot is of ("" for a slot of nobody's: the
 // resource has no limit).
 func (s *Slot) Name() string { return s.name }
@@ -148,7 +165,7 @@ func (s *Slot) Release() {
 	if s == nil || s.p == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
-	s.p.release(s.parts)
+	s.p.release(s.parts.list())
 }
 
 // A Ticket is a caller queued for a slot.
@@ -169,7 +186,7 @@ type waiter struct {
 	// stages are the KV keys of the records still to take a slot of, in
 	// order; parts the slots taken so far; at the queue it waits in.
 	stages []string
-	parts  []part
+	parts  parts
 	at     *resource
 	gone   bool // granted or cancelled
 }
@@ -192,11 +209,11 @@ func (t *Ticket) Cancel() bool {
 		w.at.dirty = true // the lease may want less now
 		w.at = nil
 	}
-	parts := w.parts
-	w.parts = nil
+	held := w.parts
+	w.parts = parts{}
 	p.mu.Unlock()
 	// A key's slot taken while waiting for the resource's goes back.
-	p.release(parts)
+	p.release(held.list())
 	p.poke()
 	return true
 }
@@ -226,7 +243,7 @@ func NewPool(ctx context.Context, st *Store, opts PoolOptions) (*Pool, error) {
 	}
 	p := &Pool{st: st, id: opts.ID, lease: opts.Lease, onErr: opts.OnError,
 		sweepAfter: time.Duration(binary.BigEndian.Uint64(b) % uint64(opts.Lease/3)),
-		res:        map[string]*resource{}, perKey: map[string]int{},
+		res:        map[string]*resource{}, totals: map[string]*resource{}, perKey: map[string]int{},
 		nudge: make(chan struct{}, 1), ready: make(chan struct{}), stop: cancel, done: make(chan struct{})}
 	go p.run(wctx, w)
 	select {
@@ -246,7 +263,7 @@ func (p *Pool) ID() string { return p.id }
 func (p *Pool) Limited(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r := p.res[slotKey(name)]
+	r := p.totals[name]
 	return r != nil && r.limited || p.perKey[name] > 0
 }
 
@@ -260,7 +277,7 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	if p.perKey[name] > 0 {
 		return nil
 	}
-	r := p.res[slotKey(name)]
+	r := p.totals[name]
 	if r == nil || !r.limited {
 		return &Slot{}
 	}
@@ -269,7 +286,9 @@ func (p *Pool) TryAcquire(name string) *Slot {
 	if r.queue.len() == 0 && r.free(p.id, now) > 0 && !r.yields(p.id, now) {
 		r.inUse++
 		r.dirty = true
-		return &Slot{p: p, name: name, parts: []part{{kv: r.kv, gen: r.gen}}}
+		s := &Slot{p: p, name: name}
+		s.parts.add(part{kv: r.kv, gen: r.gen})
+		return s
 	}
 	return nil
 }
@@ -318,7 +337,7 @@ func (p *Pool) stagesOf(name, key string, now time.Time) []string {
 		}
 		out = append(out, kv)
 	}
-	if r := p.res[slotKey(name)]; r != nil && r.limited {
+	if r := p.totals[name]; r != nil && r.limited {
 		out = append(out, r.kv)
 	}
 	return out
@@ -372,7 +391,7 @@ func (p *Pool) advance(w *waiter, now time.Time, b *batch) *Slot {
 // take gives w a slot of r, its stage now (p.mu held).
 func (r *resource) take(w *waiter) {
 	r.inUse++
-	w.parts = append(w.parts, part{kv: r.kv, gen: r.gen})
+	w.parts.add(part{kv: r.kv, gen: r.gen})
 	w.stages = w.stages[1:]
 }
 
@@ -608,6 +627,7 @@ func (p *Pool) observeLimit(name string, e jetstream.KeyValueEntry, b *batch) {
 	if r == nil {
 		r = &resource{name: name, kv: kv, lastUsed: time.Now(), gen: p.nextGen()}
 		p.res[kv] = r
+		p.totals[name] = r
 	}
 	r.dirty = true
 	if e.Operation() != jetstream.KeyValuePut {
