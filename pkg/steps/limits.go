@@ -2,6 +2,7 @@ package steps
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -32,32 +33,53 @@ type Limited interface {
 //
 // The key is a function of the input, not of the state at each step: the
 // input never changes, so every worker computes the same key for every
-// step of the run. Without FairnessKey a workflow's runs share one key.
+// step of the run. Without FairnessKey (or with nil) a workflow's runs
+// share one key. A run whose input does not decode, or for which fn
+// panics, has the key "".
 func (w *Workflow[S]) FairnessKey(fn func(input S) string) *Workflow[S] {
-	w.fairness = func(input json.RawMessage) (string, error) {
-		st, err := w.initial(input)
-		if err != nil {
-			return "", err
+	w.fairness = nil
+	if fn != nil {
+		w.fairness = func(input json.RawMessage) (key string, err error) {
+			defer recovered(&err)
+			st, err := w.initial(input)
+			if err != nil {
+				return "", err
+			}
+			return fn(st), nil
 		}
-		return fn(st), nil
 	}
 	return w
+}
+
+// recovered turns a panic into *err (deferred): a key or priority
+// function, and the input's decoding (Workflow.Init), are the user's
+// code, run by the worker outside any step, where a panic would end the
+// process (and the run's redelivery the next one).
+func recovered(err *error) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("panic: %v", p)
+	}
 }
 
 // Priority sets how a run's priority is computed from its input (decoded
 // as the first step gets it): a run waiting in a worker for a resource's
 // slot goes before every run of a lower priority waiting there, whatever
 // their fairness keys.
-// Without Priority every run has priority 0.
+// Without Priority (or with nil) every run has priority 0, and so has a
+// run whose input does not decode or for which fn panics.
 //
 //	wf.Priority(func(c Claim) int { if c.Urgent { return 10 }; return 0 })
 func (w *Workflow[S]) Priority(fn func(input S) int) *Workflow[S] {
-	w.priority = func(input json.RawMessage) (int, error) {
-		st, err := w.initial(input)
-		if err != nil {
-			return 0, err
+	w.priority = nil
+	if fn != nil {
+		w.priority = func(input json.RawMessage) (prio int, err error) {
+			defer recovered(&err)
+			st, err := w.initial(input)
+			if err != nil {
+				return 0, err
+			}
+			return fn(st), nil
 		}
-		return fn(st), nil
 	}
 	return w
 }
