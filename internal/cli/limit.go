@@ -43,6 +43,9 @@ type limitFlags struct {
 	perKey      int
 	keyRate     string
 	keyBurst    int
+	// given: the flags the command line set (a 0 given is refused, not
+	// taken for "not given").
+	given map[string]bool
 }
 
 func (f *limitFlags) register(fs *flag.FlagSet) {
@@ -58,16 +61,16 @@ func (f *limitFlags) register(fs *flag.FlagSet) {
 // names the flag and its value.
 func (f *limitFlags) check() error {
 	switch {
+	case f.rate == "" && f.given["burst"]:
+		return service.Usagef("limit set: --burst %d without --rate: a burst is of a rate, e.g. --rate 10/s --burst %d", f.burst, f.burst)
+	case f.keyRate == "" && f.given["burst-per-key"]:
+		return service.Usagef("limit set: --burst-per-key %d without --rate-per-key, e.g. --rate-per-key 2/s --burst-per-key %d", f.keyBurst, f.keyBurst)
+	case (f.given["concurrency"] || f.concurrency != 0) && (f.concurrency < 1 || f.concurrency > flow.MaxConcurrency):
+		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once (durable limit delete NAME --only concurrency removes it)", f.concurrency, flow.MaxConcurrency)
+	case (f.given["concurrency-per-key"] || f.perKey != 0) && (f.perKey < 1 || f.perKey > flow.MaxConcurrency):
+		return service.Usagef("limit set: --concurrency-per-key %d: use 1 to %d steps at once per key (durable limit delete NAME --only concurrency-per-key removes it)", f.perKey, flow.MaxConcurrency)
 	case f.rate == "" && f.concurrency == 0 && f.perKey == 0 && f.keyRate == "":
 		return service.Usagef("limit set: give --rate, --concurrency, --concurrency-per-key, --rate-per-key or more of them, e.g. --rate 10/s or --concurrency 5 --concurrency-per-key 2")
-	case f.rate == "" && f.burst != 1:
-		return service.Usagef("limit set: --burst %d without --rate: a burst is of a rate, e.g. --rate 10/s --burst %d", f.burst, f.burst)
-	case f.keyRate == "" && f.keyBurst != 1:
-		return service.Usagef("limit set: --burst-per-key %d without --rate-per-key, e.g. --rate-per-key 2/s --burst-per-key %d", f.keyBurst, f.keyBurst)
-	case f.concurrency < 0 || f.concurrency > flow.MaxConcurrency:
-		return service.Usagef("limit set: --concurrency %d: use 1 to %d steps at once", f.concurrency, flow.MaxConcurrency)
-	case f.perKey < 0 || f.perKey > flow.MaxConcurrency:
-		return service.Usagef("limit set: --concurrency-per-key %d: use 1 to %d steps at once per key", f.perKey, flow.MaxConcurrency)
 	}
 	if f.rate != "" {
 		if _, err := f.toRate(); err != nil {
@@ -154,8 +157,13 @@ func cmdLimitSet(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return service.Usagef("limit set: want exactly one NAME, e.g. `durable limit set anthropic --rate 600/m --burst 20`")
 	}
 	// Refused before connecting: bad input exits 2 with the servers away.
+	lf.given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { lf.given[f.Name] = true })
 	if err := lf.check(); err != nil {
 		return err
+	}
+	if err := flow.ValidateName(pos[0]); err != nil {
+		return limitErr(err)
 	}
 	st, closeFn, err := openLimits(ctx, &c, stderr)
 	if err != nil {
@@ -206,19 +214,26 @@ func setLimit(ctx context.Context, st *flow.Store, name string, lf limitFlags, b
 func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, error) {
 	v := limitView{Name: name}
 	found := false
-	err := errors.Join(
-		readPart(&found, func() (flow.Limit, error) { return st.Get(ctx, name) }, func(l flow.Limit) {
-			v = viewLimit(l, time.Now())
-			v.Name = name
-		}),
-		readPart(&found, func() (flow.Slots, error) { return st.Concurrency(ctx, name) }, v.withSlots),
-		readPart(&found, func() (flow.KeyLimit, error) { return st.ConcurrencyPerKey(ctx, name) }, v.withPerKey),
-		readPart(&found, func() (flow.Limit, error) { return st.RatePerKey(ctx, name) }, v.withKeyRate),
-	)
-	switch {
-	case err != nil:
+	if err := flow.ValidateName(name); err != nil {
 		return limitView{}, err
-	case !found:
+	}
+	err := readPart(&found, func() (flow.Limit, error) { return st.Get(ctx, name) }, func(l flow.Limit) {
+		v = viewLimit(l, time.Now())
+		v.Name = name
+	})
+	if err == nil {
+		err = readPart(&found, func() (flow.Slots, error) { return st.Concurrency(ctx, name) }, v.withSlots)
+	}
+	if err == nil {
+		err = readPart(&found, func() (flow.KeyLimit, error) { return st.ConcurrencyPerKey(ctx, name) }, v.withPerKey)
+	}
+	if err == nil {
+		err = readPart(&found, func() (flow.Limit, error) { return st.RatePerKey(ctx, name) }, v.withKeyRate)
+	}
+	if err != nil {
+		return limitView{}, err
+	}
+	if !found {
 		return limitView{}, fmt.Errorf("limit %s: %w", name, flow.ErrNotFound)
 	}
 	return v, nil
@@ -346,12 +361,23 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 	var c service.Conn
 	c.Register(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	var only string
+	if sub == "delete" {
+		fs.StringVar(&only, "only", "", "remove one kind of the limit and keep the others: rate, concurrency, concurrency-per-key or rate-per-key")
+	}
 	pos, err := service.ParseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return service.Usagef("limit %s: want exactly one NAME", sub)
+	}
+	if err := flow.ValidateName(pos[0]); err != nil {
+		return limitErr(err)
+	}
+	dels, err := limitKinds(only)
+	if err != nil {
+		return err
 	}
 	st, closeFn, err := openLimits(ctx, &c, stderr)
 	if err != nil {
@@ -362,8 +388,15 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 	if sub == "get" {
 		return printLimit(ctx, st, name, *asJSON, stdout)
 	}
-	if err := deleteLimit(ctx, st, name); err != nil {
+	if err := deleteLimit(ctx, st, name, dels); err != nil {
 		return limitErr(err)
+	}
+	if only != "" {
+		if *asJSON {
+			return writeJSON(stdout, map[string]string{"deleted": name, "only": only})
+		}
+		fmt.Fprintf(stdout, "limit %s: its %s deleted, the rest kept\n", name, only)
+		return nil
 	}
 	if *asJSON {
 		return writeJSON(stdout, map[string]string{"deleted": name})
@@ -372,12 +405,31 @@ func cmdLimitOne(ctx context.Context, sub string, args []string, stdout, stderr 
 	return nil
 }
 
-// deleteLimit removes name's rate, concurrency and per-key limits
-// (ErrNotFound when it has none of them).
-func deleteLimit(ctx context.Context, st *flow.Store, name string) error {
+// limitKinds are the kinds of limit `limit delete --only` names, as the
+// Store's deletes: all four for "".
+func limitKinds(only string) ([]func(*flow.Store) func(context.Context, string) error, error) {
+	kinds := map[string]func(*flow.Store) func(context.Context, string) error{
+		"rate":                func(st *flow.Store) func(context.Context, string) error { return st.Delete },
+		"concurrency":         func(st *flow.Store) func(context.Context, string) error { return st.DeleteConcurrency },
+		"concurrency-per-key": func(st *flow.Store) func(context.Context, string) error { return st.DeleteConcurrencyPerKey },
+		"rate-per-key":        func(st *flow.Store) func(context.Context, string) error { return st.DeleteRatePerKey },
+	}
+	if only == "" {
+		return []func(*flow.Store) func(context.Context, string) error{kinds["rate"], kinds["concurrency"], kinds["concurrency-per-key"], kinds["rate-per-key"]}, nil
+	}
+	k, ok := kinds[only]
+	if !ok {
+		return nil, service.Usagef("limit delete: --only %q: use rate, concurrency, concurrency-per-key or rate-per-key", only)
+	}
+	return []func(*flow.Store) func(context.Context, string) error{k}, nil
+}
+
+// deleteLimit removes the kinds dels of name's limit (ErrNotFound when
+// it has none of them).
+func deleteLimit(ctx context.Context, st *flow.Store, name string, dels []func(*flow.Store) func(context.Context, string) error) error {
 	found := false
-	for _, del := range []func(context.Context, string) error{st.Delete, st.DeleteConcurrency, st.DeleteConcurrencyPerKey, st.DeleteRatePerKey} {
-		err := del(ctx, name)
+	for _, kind := range dels {
+		err := kind(st)(ctx, name)
 		if err != nil && !errors.Is(err, flow.ErrNotFound) {
 			return err
 		}

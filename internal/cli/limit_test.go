@@ -51,6 +51,12 @@ func TestLimitCommands(t *testing.T) {
 		{[]string{"model", "--concurrency-per-key", "2000000"}, "--concurrency-per-key 2000000"},
 		{[]string{"model", "--rate-per-key", "10/d"}, "--rate-per-key"},
 		{[]string{"model", "--rate", "1/s", "--burst-per-key", "4"}, "--burst-per-key 4 without --rate-per-key"},
+		{[]string{"model", "--burst-per-key", "3"}, "--burst-per-key 3 without --rate-per-key"},
+		{[]string{"model", "--burst", "3"}, "--burst 3 without --rate"},
+		// A 0 given is refused, not ignored beside another flag.
+		{[]string{"model", "--concurrency", "3", "--concurrency-per-key", "0"}, "--concurrency-per-key 0"},
+		{[]string{"model", "--rate", "1/s", "--concurrency", "0"}, "--concurrency 0"},
+		{[]string{"bad name!", "--concurrency", "2"}, `limit name "bad name!"`},
 	} {
 		args := append([]string{"limit", "set"}, bad.args...)
 		if r := e.cli(args...); r.code != 2 || !strings.Contains(r.stderr, bad.names) {
@@ -61,6 +67,13 @@ func TestLimitCommands(t *testing.T) {
 		if r := e.cli("limit", sub, "no-such-limit"); r.code != 3 || !strings.Contains(r.stderr, "no-such-limit") {
 			t.Errorf("limit %s of an unknown name: want exit 3 naming it, got %s", sub, r)
 		}
+		// A bad name is refused once, before connecting.
+		if r := e.cli("limit", sub, "bad name!"); r.code != 2 || strings.Count(r.stderr, `"bad name!"`) != 1 {
+			t.Errorf("limit %s of a bad name: want exit 2 naming it once, got %s", sub, r)
+		}
+	}
+	if r := e.cli("limit", "delete", "model", "--only", "slots"); r.code != 2 || !strings.Contains(r.stderr, `--only "slots"`) {
+		t.Errorf("limit delete --only slots: want exit 2 naming it, got %s", r)
 	}
 
 	var got limitJSON
@@ -189,6 +202,13 @@ func limitPerKey(t *testing.T, e *env, st *flow.Store) {
 	}
 	if text := e.mustCLI(0, "limit", "list").stdout; !strings.Contains(text, "PER KEY") || !strings.Contains(text, "2 at once, 2/s burst 3") {
 		t.Errorf("limit list does not show tenantapi's per-key limits:\n%s", text)
+	}
+	// One kind removed, the others kept.
+	e.mustCLI(0, "limit", "delete", "tenantapi", "--only", "rate-per-key")
+	r = e.mustCLI(0, "limit", "get", "tenantapi", "--json")
+	got = limitJSON{}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || got.RatePerKey != "" || got.PerKey != 2 {
+		t.Errorf("limit get after delete --only rate-per-key: %v\n%s", err, r.stdout)
 	}
 	e.mustCLI(0, "limit", "delete", "tenantapi")
 	if r := e.cli("limit", "get", "tenantapi"); r.code != 3 {

@@ -146,6 +146,12 @@ func resumeTAT(r Rate, until time.Time) time.Time {
 // maxNameLen is the longest limit name.
 const maxNameLen = 64
 
+// ValidateName checks a limit's name as every method of Store does,
+// without a round trip: ErrBadLimit, naming the rule, when it is not 1-64
+// letters, digits, '-', '_' or '.' (no '.' first, last or twice in a
+// row).
+func ValidateName(name string) error { return nameErr(name) }
+
 // nameErr checks a limit's name: 1-64 letters, digits, '-', '_'
 // or '.', with no '.' first, last or twice in a row (the name is part of
 // a KV key, whose '.' separates tokens).
