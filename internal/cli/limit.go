@@ -516,6 +516,9 @@ func viewLimit(l flow.Limit, now time.Time) limitView {
 // 2026-01-02T03:04:05Z (2s left)".
 func describeLimit(v limitView, now time.Time) string {
 	text := "no rate set"
+	if v.RatePerKey != "" {
+		text = "no rate over all keys"
+	}
 	if v.Rate != "" {
 		text = fmt.Sprintf("%s burst %d", v.Rate, v.Burst)
 	}

@@ -1,6 +1,10 @@
-// Package flow keeps fleet-wide rate limits for the resources that
-// workflows share (a model provider, a payments API), and slows them down
-// fleet-wide when a provider answers "too many requests".
+// Package flow keeps the fleet-wide limits of the resources that
+// workflows share (a model provider, a payments API): rates, slowed down
+// fleet-wide when a provider answers "too many requests" (Store, Limiter),
+// and concurrency limits, how many calls run at once (Store.SetConcurrency,
+// Pool). Both may also be set per key, a tenant say, beside the limit over
+// all keys or alone (Store.SetRatePerKey and Limiter.TakeKey,
+// Store.SetConcurrencyPerKey and Pool.Acquire with Queue.Key).
 //
 // A limit is a name ("anthropic", "model", "payments-api") with a Rate: N
 // tokens per period, with a burst. Limits live in a JetStream KV bucket

@@ -34,18 +34,24 @@ type StoreOptions struct {
 	// Replicas of the bucket when NewStore creates it. Default 1; use 3
 	// on a JetStream cluster. An existing bucket keeps its own.
 	Replicas int
-	// MaxLimits bounds the names the store keeps, rates set and
-	// slow-downs of names with no limit alike, and apart from them the
-	// concurrency limits: a new one past it is ErrTooMany. Writers at the same moment may each find room, and pass
-	// it by their number. Default 1,000.
+	// MaxLimits bounds the names the store keeps of each kind, counted
+	// apart: rates (rates set and slow-downs of names with no limit
+	// alike), concurrency limits, concurrency limits per key and rates
+	// per key. A new name of a kind past it is ErrTooMany. Writers at the
+	// same moment may each find room, and pass it by their number.
+	// Default 1,000.
 	MaxLimits int
 }
 
-// Store keeps rate limits in a JetStream KV bucket, one key per limit
-// ("l.<name>", JSON: the rate, the time of the next token and the
-// slow-down), whichever checkpoint store the runs are in: every
-// deployment has NATS. Every change is a compare-and-set on the key's
-// revision, so any number of processes may share it.
+// Store keeps the limits in a JetStream KV bucket, whichever checkpoint
+// store the runs are in (every deployment has NATS), a key per limit and
+// kind: "l.<name>" a rate (JSON: the rate, the time of the next token and
+// the slow-down), "c.<name>" a concurrency limit with the workers'
+// leases, "p.<name>" a concurrency limit per key and "q.<name>" a rate
+// per key, with "k.<name>.<hash>" and "t.<name>.<hash>" for each busy
+// key's leases and tokens (purged or expiring when the key is idle).
+// Every change is a compare-and-set on the key's revision, so any number
+// of processes may share it.
 type Store struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
@@ -274,8 +280,10 @@ func (s *Store) List(ctx context.Context) ([]Limit, error) {
 	return out, nil
 }
 
-// Delete removes limit name, its rate and its state (ErrNotFound when
-// there is none): the name is unlimited from then on.
+// Delete removes name's rate and its state, a slow-down too
+// (ErrNotFound when there is none): its calls take no token from then on.
+// Its other kinds stay: DeleteConcurrency, DeleteConcurrencyPerKey and
+// DeleteRatePerKey remove those.
 func (s *Store) Delete(ctx context.Context, name string) error {
 	return s.deleteKey(ctx, name, key(name), "limit "+name)
 }

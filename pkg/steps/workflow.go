@@ -46,8 +46,10 @@ func WithRetry(p RetryPolicy) StepOption { return func(c *stepConfig) { c.retry 
 // concurrency limit (`durable limit set NAME --concurrency N`), at most N
 // steps that use it run at once across the fleet, and the others wait
 // for a slot in the order they came, round-robin between the runs'
-// fairness keys (Workflow.FairnessKey), holding no worker slot. With no
-// limit set, the step runs as any other. A step uses one resource.
+// fairness keys (Workflow.FairnessKey), holding no worker slot; with
+// `--concurrency-per-key N`, at most N of them for each fairness key (a
+// tenant). With no limit set, the step runs as any other. A step uses one
+// resource (given twice, the last wins).
 func Uses(resource string) StepOption { return func(c *stepConfig) { c.uses = resource } }
 
 // stepDef is a step (fn) or a branch step (branch).
