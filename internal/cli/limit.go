@@ -225,7 +225,7 @@ func readLimit(ctx context.Context, st *flow.Store, name string) (limitView, err
 		err = readPart(&found, func() (flow.Slots, error) { return st.Concurrency(ctx, name) }, v.withSlots)
 	}
 	if err == nil {
-		err = readPart(&found, func() (flow.KeyLimit, error) { return st.ConcurrencyPerKey(ctx, name) }, v.withPerKey)
+		err = readPart(&found, func() (flow.PerKeySlots, error) { return st.ConcurrencyPerKey(ctx, name) }, v.withPerKey)
 	}
 	if err == nil {
 		err = readPart(&found, func() (flow.Limit, error) { return st.RatePerKey(ctx, name) }, v.withKeyRate)
@@ -483,7 +483,7 @@ type keyView struct {
 	Holders   int    `json:"holders"`
 }
 
-func (v *limitView) withPerKey(l flow.KeyLimit) {
+func (v *limitView) withPerKey(l flow.PerKeySlots) {
 	v.PerKey = l.PerKey
 	for _, k := range l.Keys {
 		v.Keys = append(v.Keys, keyView{Key: k.Key, SlotsHeld: k.Held, Holders: k.Holders})

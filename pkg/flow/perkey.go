@@ -30,9 +30,11 @@ import (
 // the records stored are the keys busy in the last lease, not every key
 // ever seen.
 
-// KeyLimit is a concurrency limit per key as stored, with what the keys
-// busy now hold.
-type KeyLimit struct {
+// PerKeySlots is a concurrency limit per key as stored, with what the keys
+// busy now hold: the per-key counterpart of Slots, the limit over all
+// keys (a rate per key is a Limit, as a rate is; its BlockedUntil is
+// always zero: slow-downs are of the resource).
+type PerKeySlots struct {
 	Name string
 	// PerKey is how many calls of the resource may run at once for any
 	// one key.
@@ -119,24 +121,24 @@ func decodeKeySlots(name string, perKey int, e jetstream.KeyValueEntry) (slotRec
 //
 // Workers of releases before per-key limits ignore them: set one once
 // every worker that runs steps of name is of this release or later.
-func (s *Store) SetConcurrencyPerKey(ctx context.Context, name string, perKey int, by string) (KeyLimit, error) {
+func (s *Store) SetConcurrencyPerKey(ctx context.Context, name string, perKey int, by string) (PerKeySlots, error) {
 	if err := nameErr(name); err != nil {
-		return KeyLimit{}, err
+		return PerKeySlots{}, err
 	}
 	if perKey < 1 || perKey > MaxConcurrency {
-		return KeyLimit{}, badLimit("concurrency per key %d: use 1 to %d calls at once", perKey, MaxConcurrency)
+		return PerKeySlots{}, badLimit("concurrency per key %d: use 1 to %d calls at once", perKey, MaxConcurrency)
 	}
 	if !s.ttl {
-		return KeyLimit{}, fmt.Errorf("concurrency per key of %s: the bucket %s has no per-message TTLs (a NATS server before 2.11, or a bucket made without them), and each key's purge marker would stay for good: %w", name, s.bucket, ErrBadLimit)
+		return PerKeySlots{}, fmt.Errorf("concurrency per key of %s: the bucket %s has no per-message TTLs (a NATS server before 2.11, or a bucket made without them), and each key's purge marker would stay for good: %w", name, s.bucket, ErrBadLimit)
 	}
 	r, err := s.getPerKey(ctx, name)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		if err := s.roomIn(ctx, perKeyKey(""), name); err != nil {
-			return KeyLimit{}, err
+			return PerKeySlots{}, err
 		}
 	case err != nil:
-		return KeyLimit{}, err
+		return PerKeySlots{}, err
 	case r.PerKey == perKey:
 		return s.ConcurrencyPerKey(ctx, name)
 	}
@@ -144,25 +146,25 @@ func (s *Store) SetConcurrencyPerKey(ctx context.Context, name string, perKey in
 	// operator expects of `limit set`.
 	data, err := json.Marshal(perKeyRecord{PerKey: perKey, SetBy: by, SetAt: s.now().UTC()})
 	if err != nil {
-		return KeyLimit{}, err
+		return PerKeySlots{}, err
 	}
 	if _, err := s.kv.Put(ctx, perKeyKey(name), data); err != nil {
-		return KeyLimit{}, fmt.Errorf("store per-key limit %s: %w", name, err)
+		return PerKeySlots{}, fmt.Errorf("store per-key limit %s: %w", name, err)
 	}
 	return s.ConcurrencyPerKey(ctx, name)
 }
 
 // ConcurrencyPerKey returns name's per-key limit with the keys busy now
 // (ErrNotFound when it has none).
-func (s *Store) ConcurrencyPerKey(ctx context.Context, name string) (KeyLimit, error) {
+func (s *Store) ConcurrencyPerKey(ctx context.Context, name string) (PerKeySlots, error) {
 	if err := nameErr(name); err != nil {
-		return KeyLimit{}, err
+		return PerKeySlots{}, err
 	}
 	r, err := s.getPerKey(ctx, name)
 	if err != nil {
-		return KeyLimit{}, err
+		return PerKeySlots{}, err
 	}
-	l := KeyLimit{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt}
+	l := PerKeySlots{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt}
 	now := s.now()
 	err = s.scanKeys(ctx, "k."+name+".*", false, func(e jetstream.KeyValueEntry) error {
 		rec, err := decodeKeySlots(name, r.PerKey, e)
@@ -175,7 +177,7 @@ func (s *Store) ConcurrencyPerKey(ctx context.Context, name string) (KeyLimit, e
 		return nil
 	})
 	if err != nil {
-		return KeyLimit{}, fmt.Errorf("read the keys of %s: %w", name, err)
+		return PerKeySlots{}, fmt.Errorf("read the keys of %s: %w", name, err)
 	}
 	sort.Slice(l.Keys, func(i, j int) bool { return l.Keys[i].Key < l.Keys[j].Key })
 	return l, nil
@@ -183,11 +185,11 @@ func (s *Store) ConcurrencyPerKey(ctx context.Context, name string) (KeyLimit, e
 
 // ConcurrencyPerKeyList returns every per-key limit, by name, without
 // their keys (ConcurrencyPerKey reads those of one).
-func (s *Store) ConcurrencyPerKeyList(ctx context.Context) ([]KeyLimit, error) {
-	return listOf(ctx, s, perKeyKey(""), "per-key limits", func(name string, e jetstream.KeyValueEntry) (KeyLimit, error) {
+func (s *Store) ConcurrencyPerKeyList(ctx context.Context) ([]PerKeySlots, error) {
+	return listOf(ctx, s, perKeyKey(""), "per-key limits", func(name string, e jetstream.KeyValueEntry) (PerKeySlots, error) {
 		r, err := decodePerKey(name, e)
-		return KeyLimit{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt}, err
-	}, func(l KeyLimit) string { return l.Name })
+		return PerKeySlots{Name: name, PerKey: r.PerKey, SetBy: r.SetBy, SetAt: r.SetAt}, err
+	}, func(l PerKeySlots) string { return l.Name })
 }
 
 // DeleteConcurrencyPerKey removes name's per-key limit (ErrNotFound when
