@@ -1,10 +1,13 @@
 package kvstore_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/durable-run/durable/internal/test/testenv"
 	"github.com/durable-run/durable/pkg/checkpoint"
 	"github.com/durable-run/durable/pkg/checkpoint/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
@@ -102,4 +105,61 @@ func countKeys(t *testing.T, kv jetstream.KeyValue) []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// A worker killed right after the record write of the commit that ends
+// a run sends neither what it had queued, its count shard's write, nor
+// what comes after the record, the marker of the run's running entry:
+// another process's CountRuns then says running 1, completed 0, where
+// the record says completed (TestCrashAtEveryBoundary/kv once saw this:
+// its hung worker, whose other slots ran steps 7 and 9 of claim-0046,
+// SIGKILLed as it ended the run). That is the drift the package doc describes for a crash
+// between a record and its shard, and it converges as documented: the
+// first listing of the running runs removes the stale entry, and the
+// scheduler's recount corrects the completed count once it has found
+// the difference twice, two minutes apart. Nothing else repairs it.
+func TestCountsCrashAfterEndingCommit(t *testing.T) {
+	srv := testenv.StartNATS(t)
+	nc, js := srv.Connect(t)
+	_, js2 := srv.Connect(t)
+	ctx := testCtx(t)
+	worker, bucket := newStore(t, js)
+	r, err := worker.CreateRun(ctx, checkpoint.Run{ID: "claim-0046", Workflow: "claim", Status: running, Step: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvstore.LoseCountWrites(worker, true) // queued, never sent
+	kvstore.SetAfterRecord(worker, func(context.Context) { nc.Close() })
+	r.Status = completed
+	cp := checkpoint.Checkpoint{Step: 9, Name: "close", State: json.RawMessage(`{}`), Status: completed}
+	if _, err := worker.Commit(ctx, r, cp); err != nil {
+		t.Fatalf("commit cut after its record: %v, want it done", err)
+	}
+
+	s, err := kvstore.New(ctx, js2, kvstore.Options{Bucket: bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run, err := s.GetRun(ctx, "claim-0046"); err != nil || run.Status != completed {
+		t.Fatalf("the record after the crash: %s, %v; want completed", run.Status, err)
+	}
+	got, err := s.CountRuns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status[running] != 1 || got.Status[completed] != 0 {
+		t.Fatalf("CountRuns after the crash = %v, want running 1, completed 0 (the drift the doc describes)", got.Status)
+	}
+	if ids := listIDs(t, s, checkpoint.Filter{Status: running}); ids != "" {
+		t.Fatalf("ListRuns(running) = %q, want none: a listing skips the stale entry", ids)
+	}
+	waitCounts(t, s, "the running listing read", map[checkpoint.Status]int64{}, nil)
+
+	now := time.Now().Add(2 * time.Hour) // the recount is due
+	for _, at := range []time.Time{now, now.Add(3 * time.Minute)} {
+		if err := kvstore.MaintainCountsAt(ctx, s, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitCounts(t, s, "recounted twice", map[checkpoint.Status]int64{completed: 1}, map[string]map[checkpoint.Status]int64{"claim": {completed: 1}})
 }

@@ -333,7 +333,10 @@ var endedStatuses = []checkpoint.Status{checkpoint.StatusCompleted, checkpoint.S
 // the counts of the ended ones (counts.go): one read of the count keys,
 // whatever the bucket holds. A run that just left a live status is
 // counted there too until the marker of its removed entry expires,
-// about a second.
+// about a second; after a crash between its record and that marker,
+// until a listing of the status reads the entry and removes it (the
+// scheduler's repair lists the live runs). A crash there leaves the
+// ended counts off too, until the recount (counts.go).
 func (s *Store) CountRuns(ctx context.Context) (checkpoint.RunCounts, error) {
 	c := checkpoint.RunCounts{Status: map[checkpoint.Status]int64{}, Workflow: map[string]map[checkpoint.Status]int64{}}
 	var mu sync.Mutex
