@@ -78,6 +78,7 @@ func runCalls(t *testing.T, pools []*flow.Pool, name string, keys []string, n in
 // once across the pools, and the keys run beside each other (more than
 // 2 at once over all).
 func TestPoolPerKeyLimitHoldsAcrossProcesses(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	_, st := pool(t, srv, 0)
 	setPerKey(t, st, "model", 2)
@@ -108,6 +109,7 @@ func TestPoolPerKeyLimitHoldsAcrossProcesses(t *testing.T) {
 // two pools: neither bound is passed, and the key with one call waiting
 // behind another key's many is served in turn.
 func TestPoolPerKeyLimitWithinALimitOverAllKeys(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	_, st := pool(t, srv, 0)
 	setPerKey(t, st, "model", 2)
@@ -159,6 +161,7 @@ func keyRecords(tb testing.TB, js jetstream.JetStream) []string {
 // busy and is purged once its pool has given its slots back; a hundred
 // keys used once leave nothing stored.
 func TestPoolIdleKeysLeaveNoRecord(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	lease := time.Second
 	p, st := pool(t, srv, lease)
@@ -189,6 +192,7 @@ func TestPoolIdleKeysLeaveNoRecord(t *testing.T) {
 // dies; another pool purges the key's record once its lease has run out,
 // though no caller there ever used that key.
 func TestPoolDeadKeyRecordIsSweptByAnother(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	lease := 2 * time.Second
 	live, st := pool(t, srv, lease)
@@ -223,6 +227,7 @@ func TestPoolDeadKeyRecordIsSweptByAnother(t *testing.T) {
 // its key's slot goes to the next caller of that key (a cancel that kept
 // it would leave that key stuck for good).
 func TestPoolCancelWhileWaitingForTheResourceGivesItsKeySlotBack(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	p, st := pool(t, srv, 0)
 	setPerKey(t, st, "model", 1)
@@ -257,6 +262,7 @@ func TestPoolCancelWhileWaitingForTheResourceGivesItsKeySlotBack(t *testing.T) {
 // TestPoolPerKeyLimitChangedOrDeleted: a per-key limit raised lets more
 // of a key's queued callers start; deleted, every caller queued starts.
 func TestPoolPerKeyLimitChangedOrDeleted(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	p, st := pool(t, srv, 0)
 	js := jsOf(t, srv)
@@ -308,6 +314,7 @@ func TestPoolPerKeyLimitChangedOrDeleted(t *testing.T) {
 
 // TestPerKeyLimitRefusesBadInput: bad names and values change nothing.
 func TestPerKeyLimitRefusesBadInput(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{MaxLimits: 1})
 	for _, n := range []int{0, -1, flow.MaxConcurrency + 1} {
@@ -337,6 +344,7 @@ func TestPerKeyLimitRefusesBadInput(t *testing.T) {
 // caller queued under the deleted limit starts. (Before, a watch that
 // ended left the pool following nothing for good.)
 func TestPoolFollowsTheLimitsAfterItsWatchEnds(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	p, st := pool(t, srv, 0)
 	if _, err := st.SetConcurrency(ctxT(t), "model", 1, "test"); err != nil {

@@ -471,6 +471,7 @@ func TestConcurrencyLimitsAreBounded(t *testing.T) {
 // not at its own next renewal (a third of its lease: 10 s here). Before,
 // only the leases of holders woke it, not those of wanters.
 func TestPoolWakesWhenADeadWantersLeaseEnds(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for a lease
 	srv := testenv.StartNATS(t)
 	live, st := pool(t, srv, 30*time.Second)
 	if _, err := st.SetConcurrency(ctxT(t), "model", 2, "test"); err != nil {

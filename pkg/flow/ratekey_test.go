@@ -35,6 +35,7 @@ func takeKeys(t *testing.T, st *flow.Store, takes []keyTake) {
 
 // TestRatePerKey: each key takes its own tokens at the rate per key.
 func TestRatePerKey(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{})
 	setPerKeyRate(t, st, "model", flow.Rate{N: 2, Per: time.Second, Burst: 2})
@@ -51,6 +52,7 @@ func TestRatePerKey(t *testing.T) {
 // refusal, b still gets the resource's third token, and c then waits for
 // the resource's.
 func TestRatePerKeyWithinTheResourceRate(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{})
 	st.SetClock(func() time.Time { return t0 })
@@ -67,6 +69,7 @@ func TestRatePerKeyWithinTheResourceRate(t *testing.T) {
 // TestRatePerKeyRecordsExpire: a key's record goes once its burst is full
 // again (its TTL), so keys used once leave nothing stored.
 func TestRatePerKeyRecordsExpire(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, js := newStore(t, srv, flow.StoreOptions{})
 	setPerKeyRate(t, st, "model", flow.Rate{N: 10, Per: time.Second, Burst: 1})
@@ -105,6 +108,7 @@ func TestRatePerKeyRecordsExpire(t *testing.T) {
 // TestLimiterTakesKeys: the Limiter reads the rates per key at its
 // refresh; HasRatePerKey says which names need a key.
 func TestLimiterTakesKeys(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{})
 	lim := flow.NewLimiter(st, flow.LimiterOptions{Refresh: 50 * time.Millisecond})
@@ -136,6 +140,7 @@ func TestLimiterTakesKeys(t *testing.T) {
 
 // TestRatePerKeyRefusesBadInput: bad names and rates change nothing.
 func TestRatePerKeyRefusesBadInput(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{MaxLimits: 1})
 	if _, err := st.SetRatePerKey(ctxT(t), "model", flow.Rate{N: 0, Per: time.Second, Burst: 1}, "t"); !errors.Is(err, flow.ErrBadLimit) {

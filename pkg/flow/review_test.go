@@ -33,6 +33,7 @@ func (f fakeEntry) Operation() jetstream.KeyValueOp { return f.op }
 // caller of the key), must not make the pool drop the lease its running
 // caller holds.
 func TestStalePurgeMarkerDropsALiveLease(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	a, st := pool(t, srv, time.Second)
 	b, _ := pool(t, srv, time.Second)
@@ -85,6 +86,7 @@ func TestStalePurgeMarkerDropsALiveLease(t *testing.T) {
 // (nats.go sends it after the count pending at the consumer's creation):
 // endResync must not take it for deleted.
 func TestRecordCreatedDuringResyncTakenForDeleted(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, js := newStore(t, srv, flow.StoreOptions{})
 	setPerKey(t, st, "model", 1)
@@ -133,6 +135,7 @@ func TestRecordCreatedDuringResyncTakenForDeleted(t *testing.T) {
 // limit was set again (and the pool forgot the key's record), must not
 // give back a slot of the new limit.
 func TestOldSlotReleasedAfterPerKeyLimitReset(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	p, st := pool(t, srv, 0)
 	js := jsOf(t, srv)
@@ -166,6 +169,7 @@ func TestOldSlotReleasedAfterPerKeyLimitReset(t *testing.T) {
 // were all told the same wait). One gets it; the others should spend
 // nothing of the resource's rate, shared by every key.
 func TestLosersOfAKeySpendTheResourcesTokens(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, _ := newStore(t, srv, flow.StoreOptions{})
 	st.SetClock(func() time.Time { return t0 })
@@ -205,6 +209,7 @@ func TestLosersOfAKeySpendTheResourcesTokens(t *testing.T) {
 // One rate-per-key record the Limiter cannot read (a later release's
 // format, a hand edit) should not stop the takes of every other name.
 func TestOneBadRatePerKeyRecordStopsEveryTake(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	st, js := newStore(t, srv, flow.StoreOptions{})
 	set(t, st, "model", flow.Rate{N: 10, Per: time.Second, Burst: 10})
@@ -228,6 +233,7 @@ func TestOneBadRatePerKeyRecordStopsEveryTake(t *testing.T) {
 // a limit per key, which purges a record per idle key, is refused there,
 // as a rate per key is.
 func TestPerKeyLimitsRefuseABucketWithoutTTLs(t *testing.T) {
+	t.Parallel() // servers of its own; mostly waiting for leases and TTLs
 	srv := testenv.StartNATS(t)
 	js := jsOf(t, srv)
 	if _, err := js.CreateKeyValue(ctxT(t), jetstream.KeyValueConfig{Bucket: "durable_limits", History: 1}); err != nil {
