@@ -183,13 +183,7 @@ func (p *Pool) refresh(ctx context.Context, kv string) {
 	}
 	name, per, isKey := r.name, r.rec.Limit, r.isKey()
 	p.mu.Unlock()
-	var rec slotRecord
-	e, err := p.st.entry(ctx, kv, "concurrency limit "+name)
-	if err == nil && isKey {
-		rec, err = decodeKeySlots(name, per, e)
-	} else if err == nil {
-		rec, err = decodeSlots(name, e)
-	}
+	rec, err := p.st.leases(ctx, kv, name, isKey, per)
 	var b batch
 	p.mu.Lock()
 	r = p.res[kv]
@@ -342,13 +336,7 @@ func (p *Pool) giveBackAll() {
 	p.mu.Unlock()
 	for _, r := range mine {
 		for attempt := range maxAttempts {
-			e, err := p.st.entry(ctx, r.kv, "concurrency limit "+r.name)
-			var rec slotRecord
-			if err == nil && r.isKey() {
-				rec, err = decodeKeySlots(r.name, 0, e)
-			} else if err == nil {
-				rec, err = decodeSlots(r.name, e)
-			}
+			rec, err := p.st.leases(ctx, r.kv, r.name, r.isKey(), 0)
 			if err != nil {
 				break
 			}

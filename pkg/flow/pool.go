@@ -119,7 +119,7 @@ type resource struct {
 }
 
 // isKey reports whether r is one key's record of a per-key limit.
-func (r *resource) isKey() bool { return r.key != "" || r.kv != slotKey(r.name) }
+func (r *resource) isKey() bool { return strings.HasPrefix(r.kv, "k.") }
 
 // A Slot is one call's place in a concurrency limit: a slot of the
 // resource's limit over all keys, of its key's limit, or both. Release

@@ -224,6 +224,19 @@ func (s *Store) DeleteConcurrency(ctx context.Context, name string) error {
 	return s.deleteKey(ctx, name, slotKey(name), "concurrency limit "+name)
 }
 
+// leases reads the record of leases at KV key kv, of name: a key's
+// record (isKey, whose limit is perKey) or the resource's.
+func (s *Store) leases(ctx context.Context, kv, name string, isKey bool, perKey int) (slotRecord, error) {
+	e, err := s.entry(ctx, kv, "concurrency limit "+name)
+	switch {
+	case err != nil:
+		return slotRecord{}, err
+	case isKey:
+		return decodeKeySlots(name, perKey, e)
+	}
+	return decodeSlots(name, e)
+}
+
 func (s *Store) getSlots(ctx context.Context, name string) (slotRecord, error) {
 	e, err := s.entry(ctx, slotKey(name), "concurrency limit "+name)
 	if err != nil {

@@ -166,6 +166,9 @@ type delivery struct {
 	since   time.Time
 	renewed bool
 	tokens  tokenWaits
+	// key is the run's fairness key, for rates per key (rateLimits.key).
+	keyOnce sync.Once
+	key     string
 }
 
 // handle runs the step protocol for one delivery (DESIGN.md, "Step protocol").

@@ -2,9 +2,9 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,9 +68,10 @@ const (
 // Limiter, waits in place, metrics. key is the run's fairness key, for
 // the resources with a rate per key (worked out once, when one needs it).
 type rateLimits struct {
-	w   *Worker
-	d   *delivery
-	key func() string
+	w     *Worker
+	d     *delivery
+	def   steps.Definition
+	input json.RawMessage
 }
 
 // rateLimitsFor is what steps.ContextConfig.RateLimits gets for the
@@ -80,13 +81,18 @@ func (w *Worker) rateLimitsFor(d *delivery, def steps.Definition, run checkpoint
 	if w.limiter == nil {
 		return nil
 	}
-	key := sync.OnceValue(func() string {
-		if lim, ok := def.(steps.Limited); ok {
-			return lim.FairnessKeyOf(run.Input)
+	return rateLimits{w: w, d: d, def: def, input: run.Input}
+}
+
+// key is the run's fairness key, worked out once per delivery (a step's
+// calls may take tokens from several goroutines).
+func (r rateLimits) key() string {
+	r.d.keyOnce.Do(func() {
+		if lim, ok := r.def.(steps.Limited); ok {
+			r.d.key = lim.FairnessKeyOf(r.input)
 		}
-		return ""
 	})
-	return rateLimits{w: w, d: d, key: key}
+	return r.d.key
 }
 
 // take takes a token of resource, and of the run's key's rate when
